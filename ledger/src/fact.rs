@@ -1,0 +1,543 @@
+//! Facts, outcomes and their persisted encoding. A fact is the ground truth of one key;
+//! the outcome a client is told is derived from it, so it can always be rebuilt.
+
+use serde::{Deserialize, Serialize};
+
+use crate::domain::{Account, Amount, ClientId, Command, Currency, Key, Rejection, Timestamp};
+
+/// One immutable entry of the log: what happened to one (client, key).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fact {
+    /// Gapless, starting at 1, assigned inside the commit.
+    pub seq: u64,
+    /// When the ledger recorded it. Never earlier than the fact before it.
+    pub at: Timestamp,
+    pub client: ClientId,
+    pub key: Key,
+    pub body: FactBody,
+}
+
+/// What was recorded. Each variant has a stable persisted name and version
+/// ([`FactBody::persisted_name`]), independent of the Rust identifier.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FactBody {
+    DepositRecorded {
+        account: Account,
+        amount: Amount,
+        currency: Currency,
+        /// The account's balance after this fact.
+        balance_after: u128,
+    },
+    WithdrawalRecorded {
+        account: Account,
+        amount: Amount,
+        currency: Currency,
+        balance_after: u128,
+    },
+    RefundRecorded {
+        withdrawal: Key,
+        account: Account,
+        amount: Amount,
+        currency: Currency,
+        balance_after: u128,
+        /// All refunds of the withdrawal so far, this one included.
+        refunded_total: u64,
+    },
+    /// A business rejection is a fact too: it is the key's final outcome.
+    CommandRejected {
+        command: Command,
+        rejection: Rejection,
+    },
+}
+
+/// Tags of the persisted encoding. Never renumber: they are on disk.
+const TAG_DEPOSIT: u8 = 1;
+const TAG_WITHDRAWAL: u8 = 2;
+const TAG_REFUND: u8 = 3;
+const TAG_REJECTED: u8 = 4;
+/// The version every fact is written with today.
+pub const FACT_VERSION: u8 = 1;
+
+impl FactBody {
+    /// The stable name of the fact, as the API and the log show it.
+    pub fn persisted_name(&self) -> &'static str {
+        match self {
+            FactBody::DepositRecorded { .. } => "DepositRecorded",
+            FactBody::WithdrawalRecorded { .. } => "WithdrawalRecorded",
+            FactBody::RefundRecorded { .. } => "RefundRecorded",
+            FactBody::CommandRejected { .. } => "CommandRejected",
+        }
+    }
+
+    fn tag(&self) -> u8 {
+        match self {
+            FactBody::DepositRecorded { .. } => TAG_DEPOSIT,
+            FactBody::WithdrawalRecorded { .. } => TAG_WITHDRAWAL,
+            FactBody::RefundRecorded { .. } => TAG_REFUND,
+            FactBody::CommandRejected { .. } => TAG_REJECTED,
+        }
+    }
+
+    /// The command this fact answers, rebuilt from the fact alone.
+    pub fn command(&self) -> Command {
+        match self {
+            FactBody::DepositRecorded {
+                account,
+                amount,
+                currency,
+                ..
+            } => Command::Deposit {
+                account: account.clone(),
+                amount: *amount,
+                currency: *currency,
+            },
+            FactBody::WithdrawalRecorded {
+                account,
+                amount,
+                currency,
+                ..
+            } => Command::Withdraw {
+                account: account.clone(),
+                amount: *amount,
+                currency: *currency,
+            },
+            FactBody::RefundRecorded {
+                withdrawal, amount, ..
+            } => Command::Refund {
+                withdrawal: withdrawal.clone(),
+                amount: *amount,
+            },
+            FactBody::CommandRejected { command, .. } => command.clone(),
+        }
+    }
+}
+
+/// Persisted payloads, one per tag, so that the Rust enum can change shape without
+/// changing what is on disk.
+#[derive(Serialize, Deserialize)]
+struct MovementV1 {
+    at: i64,
+    client: ClientId,
+    key: Key,
+    account: Account,
+    amount: u64,
+    currency: Currency,
+    balance_after: u128,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RefundV1 {
+    at: i64,
+    client: ClientId,
+    key: Key,
+    withdrawal: Key,
+    account: Account,
+    amount: u64,
+    currency: Currency,
+    balance_after: u128,
+    refunded_total: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RejectedV1 {
+    at: i64,
+    client: ClientId,
+    key: Key,
+    command: Command,
+    rejection: Rejection,
+}
+
+/// A stored record could not be read back: the store is corrupt or from a future version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("undecodable {what}: {reason}")]
+pub struct DecodeError {
+    pub what: &'static str,
+    pub reason: String,
+}
+
+impl DecodeError {
+    pub(crate) fn new(what: &'static str, reason: impl ToString) -> Self {
+        Self {
+            what,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl Fact {
+    /// `[tag][version][postcard payload]`. The sequence number is the record's key in the
+    /// store, so it is not repeated in the value.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![self.body.tag(), FACT_VERSION];
+        let at = self.at.millis();
+        let (client, key) = (self.client.clone(), self.key.clone());
+        let payload = match &self.body {
+            FactBody::DepositRecorded {
+                account,
+                amount,
+                currency,
+                balance_after,
+            }
+            | FactBody::WithdrawalRecorded {
+                account,
+                amount,
+                currency,
+                balance_after,
+            } => postcard::to_stdvec(&MovementV1 {
+                at,
+                client,
+                key,
+                account: account.clone(),
+                amount: amount.units(),
+                currency: *currency,
+                balance_after: *balance_after,
+            }),
+            FactBody::RefundRecorded {
+                withdrawal,
+                account,
+                amount,
+                currency,
+                balance_after,
+                refunded_total,
+            } => postcard::to_stdvec(&RefundV1 {
+                at,
+                client,
+                key,
+                withdrawal: withdrawal.clone(),
+                account: account.clone(),
+                amount: amount.units(),
+                currency: *currency,
+                balance_after: *balance_after,
+                refunded_total: *refunded_total,
+            }),
+            FactBody::CommandRejected { command, rejection } => {
+                postcard::to_stdvec(&RejectedV1 {
+                    at,
+                    client,
+                    key,
+                    command: command.clone(),
+                    rejection: *rejection,
+                })
+            }
+        };
+        // Serialising plain owned data into a Vec cannot fail.
+        out.extend(payload.unwrap_or_default());
+        out
+    }
+
+    pub fn decode(seq: u64, bytes: &[u8]) -> Result<Fact, DecodeError> {
+        let (&tag, rest) = bytes
+            .split_first()
+            .ok_or_else(|| DecodeError::new("fact", "empty record"))?;
+        let (&version, payload) = rest
+            .split_first()
+            .ok_or_else(|| DecodeError::new("fact", "no version byte"))?;
+        if version != FACT_VERSION {
+            return Err(DecodeError::new(
+                "fact",
+                format!("unknown version {version} of tag {tag} at seq {seq}"),
+            ));
+        }
+        let err = |e: postcard::Error| DecodeError::new("fact", format!("seq {seq}: {e}"));
+        let amount = |units: u64| {
+            Amount::new(units).map_err(|_| DecodeError::new("fact", format!("seq {seq}: amount")))
+        };
+        let fact = match tag {
+            TAG_DEPOSIT | TAG_WITHDRAWAL => {
+                let m: MovementV1 = postcard::from_bytes(payload).map_err(err)?;
+                let (account, amount, currency, balance_after) =
+                    (m.account, amount(m.amount)?, m.currency, m.balance_after);
+                let body = if tag == TAG_DEPOSIT {
+                    FactBody::DepositRecorded {
+                        account,
+                        amount,
+                        currency,
+                        balance_after,
+                    }
+                } else {
+                    FactBody::WithdrawalRecorded {
+                        account,
+                        amount,
+                        currency,
+                        balance_after,
+                    }
+                };
+                Fact {
+                    seq,
+                    at: Timestamp(m.at),
+                    client: m.client,
+                    key: m.key,
+                    body,
+                }
+            }
+            TAG_REFUND => {
+                let r: RefundV1 = postcard::from_bytes(payload).map_err(err)?;
+                Fact {
+                    seq,
+                    at: Timestamp(r.at),
+                    client: r.client,
+                    key: r.key,
+                    body: FactBody::RefundRecorded {
+                        withdrawal: r.withdrawal,
+                        account: r.account,
+                        amount: amount(r.amount)?,
+                        currency: r.currency,
+                        balance_after: r.balance_after,
+                        refunded_total: r.refunded_total,
+                    },
+                }
+            }
+            TAG_REJECTED => {
+                let r: RejectedV1 = postcard::from_bytes(payload).map_err(err)?;
+                Fact {
+                    seq,
+                    at: Timestamp(r.at),
+                    client: r.client,
+                    key: r.key,
+                    body: FactBody::CommandRejected {
+                        command: r.command,
+                        rejection: r.rejection,
+                    },
+                }
+            }
+            other => {
+                return Err(DecodeError::new(
+                    "fact",
+                    format!("unknown tag {other} at seq {seq}"),
+                ));
+            }
+        };
+        Ok(fact)
+    }
+}
+
+/// What the ledger decided for a key, as told to the client: final, and the same on every
+/// replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    Applied(Receipt),
+    Rejected(RejectionReceipt),
+}
+
+/// The receipt of an applied command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub key: Key,
+    pub command: Command,
+    /// The account the money moved on; for a refund, the refunded account.
+    pub account: Account,
+    pub currency: Currency,
+    pub seq: u64,
+    /// The account's balance right after this command.
+    pub balance: u128,
+    pub refunded_total: Option<u64>,
+    /// The time of the first execution.
+    pub created_at: Timestamp,
+}
+
+/// The stored answer of a rejected command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RejectionReceipt {
+    pub key: Key,
+    pub command: Command,
+    pub rejection: Rejection,
+    pub seq: u64,
+    pub created_at: Timestamp,
+}
+
+impl Outcome {
+    /// Rebuilds the outcome from the key's fact: the answer to a retry after the stored
+    /// response has expired, and the check that stored responses are true.
+    pub fn from_fact(fact: &Fact) -> Outcome {
+        let command = fact.body.command();
+        match &fact.body {
+            FactBody::DepositRecorded {
+                account,
+                currency,
+                balance_after,
+                ..
+            }
+            | FactBody::WithdrawalRecorded {
+                account,
+                currency,
+                balance_after,
+                ..
+            } => Outcome::Applied(Receipt {
+                key: fact.key.clone(),
+                command,
+                account: account.clone(),
+                currency: *currency,
+                seq: fact.seq,
+                balance: *balance_after,
+                refunded_total: None,
+                created_at: fact.at,
+            }),
+            FactBody::RefundRecorded {
+                account,
+                currency,
+                balance_after,
+                refunded_total,
+                ..
+            } => Outcome::Applied(Receipt {
+                key: fact.key.clone(),
+                command,
+                account: account.clone(),
+                currency: *currency,
+                seq: fact.seq,
+                balance: *balance_after,
+                refunded_total: Some(*refunded_total),
+                created_at: fact.at,
+            }),
+            FactBody::CommandRejected { rejection, .. } => {
+                Outcome::Rejected(RejectionReceipt {
+                    key: fact.key.clone(),
+                    command,
+                    rejection: *rejection,
+                    seq: fact.seq,
+                    created_at: fact.at,
+                })
+            }
+        }
+    }
+
+    pub fn seq(&self) -> u64 {
+        match self {
+            Outcome::Applied(r) => r.seq,
+            Outcome::Rejected(r) => r.seq,
+        }
+    }
+
+    pub fn rejection(&self) -> Option<Rejection> {
+        match self {
+            Outcome::Applied(_) => None,
+            Outcome::Rejected(r) => Some(r.rejection),
+        }
+    }
+
+    pub fn is_applied(&self) -> bool {
+        matches!(self, Outcome::Applied(_))
+    }
+}
+
+/// JSON shapes shared by the HTTP API, the CLI, the inbox and the dashboard. Field order
+/// is fixed (serde_json's map is sorted), so a replay renders byte-identical bodies.
+pub mod json {
+    use serde_json::{Map, Value, json};
+
+    use super::{Fact, FactBody, Outcome};
+    use crate::domain::Command;
+
+    /// Balances are `u128`/`i128` inside; JSON numbers carry them while they fit in 64 bits,
+    /// which every real balance does, and a decimal string beyond.
+    pub fn wide(v: i128) -> Value {
+        if let Ok(x) = i64::try_from(v) {
+            json!(x)
+        } else if let Ok(x) = u64::try_from(v) {
+            json!(x)
+        } else {
+            json!(v.to_string())
+        }
+    }
+
+    pub fn wide_unsigned(v: u128) -> Value {
+        match u64::try_from(v) {
+            Ok(x) => json!(x),
+            Err(_) => json!(v.to_string()),
+        }
+    }
+
+    /// The command's own fields, as the client sent them.
+    pub fn command_fields(command: &Command, map: &mut Map<String, Value>) {
+        map.insert("command".into(), json!(command.name()));
+        match command {
+            Command::Deposit {
+                account,
+                amount,
+                currency,
+            }
+            | Command::Withdraw {
+                account,
+                amount,
+                currency,
+            } => {
+                map.insert("account".into(), json!(account.as_str()));
+                map.insert("amount".into(), json!(amount.units()));
+                map.insert("currency".into(), json!(currency.as_str()));
+            }
+            Command::Refund { withdrawal, amount } => {
+                map.insert("withdrawal".into(), json!(withdrawal.as_str()));
+                map.insert("amount".into(), json!(amount.units()));
+            }
+        }
+    }
+
+    /// The body a client gets for an outcome: a receipt for an applied command, RFC 9457
+    /// problem details with a stable `code` for a rejection.
+    pub fn outcome(outcome: &Outcome) -> Value {
+        let mut map = Map::new();
+        match outcome {
+            Outcome::Applied(r) => {
+                command_fields(&r.command, &mut map);
+                map.insert("key".into(), json!(r.key.as_str()));
+                map.insert("account".into(), json!(r.account.as_str()));
+                map.insert("currency".into(), json!(r.currency.as_str()));
+                map.insert("seq".into(), json!(r.seq));
+                map.insert("balance".into(), wide_unsigned(r.balance));
+                if let Some(total) = r.refunded_total {
+                    map.insert("refunded_total".into(), json!(total));
+                }
+                map.insert("created_at".into(), json!(r.created_at.to_rfc3339()));
+                map.insert("outcome".into(), json!("applied"));
+            }
+            Outcome::Rejected(r) => {
+                command_fields(&r.command, &mut map);
+                map.insert("key".into(), json!(r.key.as_str()));
+                map.insert("seq".into(), json!(r.seq));
+                map.insert("created_at".into(), json!(r.created_at.to_rfc3339()));
+                map.insert("outcome".into(), json!("rejected"));
+                map.insert(
+                    "type".into(),
+                    json!(format!("urn:idem:problem:{}", r.rejection.code())),
+                );
+                map.insert("title".into(), json!(r.rejection.title()));
+                map.insert("status".into(), json!(422));
+                map.insert("code".into(), json!(r.rejection.code()));
+            }
+        }
+        Value::Object(map)
+    }
+
+    /// A fact as the log API and the dashboard show it.
+    pub fn fact(fact: &Fact) -> Value {
+        let mut map = Map::new();
+        map.insert("seq".into(), json!(fact.seq));
+        map.insert("at".into(), json!(fact.at.to_rfc3339()));
+        map.insert("client".into(), json!(fact.client.as_str()));
+        map.insert("key".into(), json!(fact.key.as_str()));
+        map.insert("type".into(), json!(fact.body.persisted_name()));
+        map.insert("version".into(), json!(super::FACT_VERSION));
+        command_fields(&fact.body.command(), &mut map);
+        match &fact.body {
+            FactBody::DepositRecorded { balance_after, .. }
+            | FactBody::WithdrawalRecorded { balance_after, .. } => {
+                map.insert("balance_after".into(), wide_unsigned(*balance_after));
+            }
+            FactBody::RefundRecorded {
+                account,
+                currency,
+                balance_after,
+                refunded_total,
+                ..
+            } => {
+                map.insert("account".into(), json!(account.as_str()));
+                map.insert("currency".into(), json!(currency.as_str()));
+                map.insert("balance_after".into(), wide_unsigned(*balance_after));
+                map.insert("refunded_total".into(), json!(refunded_total));
+            }
+            FactBody::CommandRejected { rejection, .. } => {
+                map.insert("rejection".into(), json!(rejection.code()));
+            }
+        }
+        Value::Object(map)
+    }
+}

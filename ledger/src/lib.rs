@@ -1,0 +1,23 @@
+//! Idem's ledger: money commands recorded exactly once as facts keyed by the client's
+//! idempotency key, on sled. See ARCHITECTURE.md for the map and the invariants.
+
+pub mod clock;
+pub mod core;
+pub mod domain;
+pub mod fact;
+pub mod projection;
+pub mod store;
+pub mod verify;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use domain::{
+    Account, Amount, ClientId, Command, Currency, Fingerprint, InvalidInput, Key, MessageId,
+    Rejection, Timestamp,
+};
+pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
+pub use projection::{Balances, Observed, Stats};
+pub use store::{
+    CommitMetrics, Config, KeyInfo, KeyStatus, Ledger, LedgerError, OpenReport, Quarantined,
+    Submission,
+};
+pub use verify::{VerifyReport, Violation};

@@ -1,0 +1,167 @@
+//! Projections: folds of the log. Applying a fact cannot fail; every projection here can
+//! be rebuilt from the facts alone (see `verify`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::AccountView;
+use crate::domain::{Account, Currency, Rejection, Timestamp};
+use crate::fact::{Fact, FactBody};
+
+/// Double-entry balances: user accounts hold one currency each; the system accounts
+/// `@world` and `@payouts` hold the other leg in every currency.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Balances {
+    pub accounts: BTreeMap<Account, BTreeMap<Currency, i128>>,
+}
+
+/// The legs of a fact: (account, currency, signed change). Rejections move nothing.
+pub fn legs(fact: &Fact) -> Vec<(Account, Currency, i128)> {
+    match &fact.body {
+        FactBody::DepositRecorded {
+            account,
+            amount,
+            currency,
+            ..
+        } => {
+            let a = i128::from(amount.units());
+            vec![
+                (Account::world(), *currency, -a),
+                (account.clone(), *currency, a),
+            ]
+        }
+        FactBody::WithdrawalRecorded {
+            account,
+            amount,
+            currency,
+            ..
+        } => {
+            let a = i128::from(amount.units());
+            vec![
+                (account.clone(), *currency, -a),
+                (Account::payouts(), *currency, a),
+            ]
+        }
+        FactBody::RefundRecorded {
+            account,
+            amount,
+            currency,
+            ..
+        } => {
+            let a = i128::from(amount.units());
+            vec![
+                (Account::payouts(), *currency, -a),
+                (account.clone(), *currency, a),
+            ]
+        }
+        FactBody::CommandRejected { .. } => Vec::new(),
+    }
+}
+
+impl Balances {
+    pub fn apply(&mut self, fact: &Fact) {
+        for (account, currency, delta) in legs(fact) {
+            let balance = self
+                .accounts
+                .entry(account)
+                .or_default()
+                .entry(currency)
+                .or_insert(0);
+            *balance = balance.saturating_add(delta);
+        }
+    }
+
+    pub fn get(&self, account: &Account, currency: Currency) -> Option<i128> {
+        self.accounts.get(account)?.get(&currency).copied()
+    }
+
+    /// A user account as a decision sees it; `None` if it never received a deposit.
+    pub fn user_account(&self, account: &Account) -> Option<AccountView> {
+        let (currency, balance) = self.accounts.get(account)?.iter().next()?;
+        Some(AccountView {
+            currency: *currency,
+            balance: u128::try_from(*balance).unwrap_or(0),
+        })
+    }
+
+    /// The sum of all balances per currency: zero for every currency, always.
+    pub fn sums(&self) -> BTreeMap<Currency, i128> {
+        let mut sums = BTreeMap::new();
+        for per_currency in self.accounts.values() {
+            for (currency, balance) in per_currency {
+                *sums.entry(*currency).or_insert(0i128) += balance;
+            }
+        }
+        sums
+    }
+}
+
+/// Counters for the API and the dashboard. The first group is a fold of the facts and key
+/// records and is checked by `verify`; the second counts observations that are not facts
+/// (replays and conflicts write nothing) and is persisted with the next batch, best-effort.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub last_seq: u64,
+    pub last_at: Timestamp,
+    /// Applied deposits, withdrawals, refunds.
+    pub applied: [u64; 3],
+    /// Rejections, indexed like [`Rejection::ALL`].
+    pub rejected: [u64; 5],
+    pub keys_done: u64,
+    pub keys_expired: u64,
+    /// The last fact whose key the sweeper has looked at.
+    pub sweep_cursor: u64,
+    pub observed: Observed,
+}
+
+/// Counts of what happened without a fact.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    pub replayed: u64,
+    pub conflicts_in_flight: u64,
+    pub conflicts_reused: u64,
+}
+
+impl Default for Timestamp {
+    fn default() -> Self {
+        Timestamp(0)
+    }
+}
+
+impl Stats {
+    /// Folds one new fact: its key is done.
+    pub fn apply(&mut self, fact: &Fact) {
+        self.last_seq = fact.seq;
+        self.last_at = self.last_at.max(fact.at);
+        self.keys_done += 1;
+        match &fact.body {
+            FactBody::DepositRecorded { .. } => self.applied[0] += 1,
+            FactBody::WithdrawalRecorded { .. } => self.applied[1] += 1,
+            FactBody::RefundRecorded { .. } => self.applied[2] += 1,
+            FactBody::CommandRejected { rejection, .. } => {
+                self.rejected[rejection.index()] += 1;
+            }
+        }
+    }
+
+    pub fn expire_one(&mut self) {
+        self.keys_done = self.keys_done.saturating_sub(1);
+        self.keys_expired += 1;
+    }
+
+    pub fn applied_total(&self) -> u64 {
+        self.applied.iter().sum()
+    }
+
+    pub fn rejected_total(&self) -> u64 {
+        self.rejected.iter().sum()
+    }
+
+    pub fn rejected_by_code(&self) -> Vec<(Rejection, u64)> {
+        Rejection::ALL
+            .iter()
+            .map(|r| (*r, self.rejected[r.index()]))
+            .collect()
+    }
+}

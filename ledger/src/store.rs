@@ -1,0 +1,1548 @@
+//! The sled store: the only module that touches sled. One committer thread owns every
+//! write: it gathers concurrent commands into one batch on one tree, decides each with the
+//! pure core, writes facts, key records and projections in one atomic `apply_batch`,
+//! flushes (plus an fdatasync), and only then answers. See ARCHITECTURE.md.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{Clock, SystemClock};
+use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
+use crate::domain::{
+    Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp,
+};
+use crate::fact::{DecodeError, Fact, FactBody, Outcome};
+use crate::projection::{Balances, Observed, Stats};
+use crate::verify::{self, VerifyReport};
+
+/// How a ledger is opened.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub path: PathBuf,
+    /// sled's page cache; its own default is 1 GiB, far more than a ledger needs.
+    pub cache_capacity_bytes: u64,
+    /// How long a done key keeps its stored response.
+    pub retention: Duration,
+    /// How long a claim on a key holds before another attempt may take it over.
+    pub lease: Duration,
+    /// fdatasync the data file after sled's flush (see ARCHITECTURE.md, durability).
+    pub fsync: bool,
+    /// The most commands one batch (one write, one flush) takes.
+    pub batch_max: usize,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Config {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            cache_capacity_bytes: 64 * 1024 * 1024,
+            retention: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(10),
+            fsync: true,
+            batch_max: 2048,
+            clock: Arc::new(SystemClock),
+        }
+    }
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+}
+
+/// An operational failure. Business refusals are never errors: they are outcomes.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LedgerError {
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error(
+        "the ledger at {path} is corrupt: {detail}. Nothing was changed or deleted. \
+         Keep the folder as it is, restore the latest backup into a new folder, \
+         and run `inbox-worker verify` on both"
+    )]
+    Corrupt { path: String, detail: String },
+    #[error("the ledger at {path} is in use by another process")]
+    Locked { path: String },
+    #[error("the ledger is shut down")]
+    Closed,
+}
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// What happened to one submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submission {
+    /// This arrival executed the command; the outcome is durable.
+    Executed(Outcome),
+    /// The key was done before: its stored outcome.
+    Replayed(Outcome),
+    /// The key holds another command; nothing changed.
+    Reused,
+    /// Another attempt with this key is in flight; try again after the given time.
+    InProgress { retry_after: Duration },
+    /// The inbox had seen this message id with another payload: it is quarantined.
+    Quarantined { reason: String },
+}
+
+impl Submission {
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Submission::Executed(o) | Submission::Replayed(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// What opening found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenReport {
+    pub fresh: bool,
+    pub facts: u64,
+    pub keys_done: u64,
+    pub keys_expired: u64,
+    pub accounts: usize,
+    pub last_fact_at: Option<String>,
+    pub open_ms: u128,
+}
+
+impl std::fmt::Display for OpenReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.fresh {
+            return write!(f, "created a new ledger ({} ms)", self.open_ms);
+        }
+        write!(
+            f,
+            "recovered {} facts ({} keys done, {} expired), {} accounts, last fact at {}; \
+             log tail and projections agree ({} ms)",
+            self.facts,
+            self.keys_done,
+            self.keys_expired,
+            self.accounts,
+            self.last_fact_at.as_deref().unwrap_or("-"),
+            self.open_ms
+        )
+    }
+}
+
+/// The state of a key as the API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStatus {
+    Pending,
+    Done,
+    Expired,
+}
+
+impl KeyStatus {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(Self::Pending),
+            "done" => Some(Self::Done),
+            "expired" => Some(Self::Expired),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Done => "done",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+/// One key, for listings and the dashboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub client: ClientId,
+    pub key: Key,
+    pub status: KeyStatus,
+    pub command: Command,
+    /// When the key was claimed (pending) or its fact recorded.
+    pub since: Timestamp,
+    /// Set once the key is done or expired.
+    pub outcome: Option<Outcome>,
+    /// Pending: whether the claim's lease has run out.
+    pub lease_expired: bool,
+    /// Replays and conflicts seen for this key since the process started.
+    pub replays: u32,
+    pub conflicts: u32,
+}
+
+/// A message the inbox refused to apply, kept with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantined {
+    pub id: u64,
+    pub at: Timestamp,
+    pub message_id: Option<String>,
+    pub reason: String,
+    /// The message as received (lossy UTF-8, at most 4 KiB).
+    pub payload: String,
+}
+
+// ---- record layout -------------------------------------------------------------------
+
+pub(crate) const P_FACT: u8 = b'f';
+pub(crate) const P_KEY: u8 = b'k';
+pub(crate) const P_ACCOUNT: u8 = b'a';
+pub(crate) const P_REFUNDED: u8 = b'r';
+const P_INBOX: u8 = b'i';
+const P_QUARANTINE: u8 = b'q';
+pub(crate) const STATS_KEY: &[u8] = b"s";
+const RECORD_VERSION: u8 = 1;
+
+fn fact_key(seq: u64) -> [u8; 9] {
+    let mut k = [P_FACT; 9];
+    k[1..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn quarantine_key(id: u64) -> [u8; 9] {
+    let mut k = fact_key(id);
+    k[0] = P_QUARANTINE;
+    k
+}
+
+pub(crate) fn scoped_key(prefix: u8, client: &ClientId, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + client.as_str().len() + key.len());
+    k.push(prefix);
+    k.extend_from_slice(client.as_str().as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+fn account_key(account: &Account, currency: Currency) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + account.as_str().len());
+    k.push(P_ACCOUNT);
+    k.extend_from_slice(account.as_str().as_bytes());
+    k.push(0);
+    k.extend_from_slice(currency.as_str().as_bytes());
+    k
+}
+
+/// What a key holds once done. The response is dropped by the sweep (expired); the
+/// fingerprint stays, so a reuse of an expired key is still refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct KeyRecord {
+    pub seq: u64,
+    pub at: Timestamp,
+    pub fingerprint: Fingerprint,
+    pub response: Option<Outcome>,
+}
+
+impl KeyRecord {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![RECORD_VERSION];
+        out.extend(postcard::to_stdvec(self).unwrap_or_default());
+        out
+    }
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        match bytes.split_first() {
+            Some((&RECORD_VERSION, rest)) => {
+                postcard::from_bytes(rest).map_err(|e| DecodeError::new("key record", e))
+            }
+            _ => Err(DecodeError::new("key record", "unknown version")),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct InboxRecord {
+    fingerprint: Fingerprint,
+    seq: u64,
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut out = vec![RECORD_VERSION];
+    out.extend(postcard::to_stdvec(v).unwrap_or_default());
+    out
+}
+
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(what: &'static str, bytes: &[u8]) -> Result<T, DecodeError> {
+    match bytes.split_first() {
+        Some((&RECORD_VERSION, rest)) => {
+            postcard::from_bytes(rest).map_err(|e| DecodeError::new(what, e))
+        }
+        _ => Err(DecodeError::new(what, "unknown version")),
+    }
+}
+
+fn message_fingerprint(client: &ClientId, key: &Key, command: &Command) -> Fingerprint {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(client.as_str().as_bytes());
+    h.update([0]);
+    h.update(key.as_str().as_bytes());
+    h.update([0]);
+    h.update(command.canonical_bytes());
+    let mut f = [0u8; 16];
+    f.copy_from_slice(&h.finalize()[..16]);
+    Fingerprint(f)
+}
+
+// ---- shared state --------------------------------------------------------------------
+
+const SHARDS: usize = 64;
+const ACTIVITY_PER_SHARD: usize = 4096;
+
+#[derive(Debug, Clone)]
+struct Claim {
+    fingerprint: Fingerprint,
+    token: u64,
+    claimed_at: Timestamp,
+    command: Command,
+}
+
+#[derive(Default)]
+struct Shard {
+    claims: HashMap<(ClientId, Key), Claim>,
+    /// (replays, conflicts) per key, bounded: forgotten wholesale when full.
+    activity: HashMap<(ClientId, Key), (u32, u32)>,
+}
+
+impl Shard {
+    fn note(&mut self, ck: &(ClientId, Key), replay: bool) {
+        if self.activity.len() >= ACTIVITY_PER_SHARD && !self.activity.contains_key(ck) {
+            self.activity.clear();
+        }
+        let e = self.activity.entry(ck.clone()).or_default();
+        if replay {
+            e.0 = e.0.saturating_add(1);
+        } else {
+            e.1 = e.1.saturating_add(1);
+        }
+    }
+}
+
+/// What readers see: only what is durable.
+#[derive(Debug, Default)]
+struct State {
+    balances: Balances,
+    stats: Stats,
+}
+
+struct Shared {
+    path: PathBuf,
+    db: sled::Db,
+    tree: sled::Tree,
+    data_file: Option<File>,
+    config: Config,
+    shards: Vec<Mutex<Shard>>,
+    state: RwLock<State>,
+    durable_seq: AtomicU64,
+    next_token: AtomicU64,
+    replayed: AtomicU64,
+    conflicts_in_flight: AtomicU64,
+    conflicts_reused: AtomicU64,
+    /// Set on the first storage failure: from then on nothing is written until reopened,
+    /// because sled's memory may hold a batch whose flush failed.
+    failed: Mutex<Option<String>>,
+    /// Commit latency and batch sizes, for the metrics.
+    metrics: Mutex<CommitMetrics>,
+}
+
+/// Histogram buckets (upper bounds, microseconds) of commit latency.
+pub const LATENCY_BUCKETS_US: [u64; 12] = [
+    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, u64::MAX,
+];
+
+/// Counts for the commit path: how long a batch took from its first command's arrival
+/// to its durable flush, and how many commands it held.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitMetrics {
+    pub latency_buckets: [u64; 12],
+    pub latency_sum_us: u64,
+    pub batches: u64,
+    pub commands: u64,
+    pub batch_size_max: u64,
+    pub last_batch_size: u64,
+}
+
+fn io_err(e: sled::Error) -> LedgerError {
+    LedgerError::Unavailable(e.to_string())
+}
+
+enum Request {
+    Command {
+        client: ClientId,
+        key: Key,
+        command: Command,
+        fingerprint: Fingerprint,
+        token: u64,
+        message: Option<MessageId>,
+        arrived: Instant,
+        reply: Reply,
+    },
+    Quarantine {
+        message_id: Option<String>,
+        reason: String,
+        payload: String,
+        reply: Box<dyn FnOnce(Result<u64>) + Send>,
+    },
+    Sweep {
+        reply: Box<dyn FnOnce(Result<usize>) + Send>,
+    },
+    Verify {
+        reply: Box<dyn FnOnce(Result<VerifyReport>) + Send>,
+    },
+    Shutdown,
+}
+
+/// Called exactly once with the answer, from the committer thread (keep it short) or
+/// from the submitting thread when no write is needed.
+pub type Reply = Box<dyn FnOnce(Result<Submission>) + Send>;
+
+/// A handle to an open ledger. Cheap to clone; the committer stops on [`Ledger::shutdown`]
+/// or when the last handle is dropped.
+#[derive(Clone)]
+pub struct Ledger {
+    shared: Arc<Shared>,
+    tx: Sender<Request>,
+    committer: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+impl Ledger {
+    /// Opens (or creates) the ledger at `config.path`: recovers sled, checks the log tail
+    /// against the projections, and refuses to start on any disagreement. Never deletes.
+    pub fn open(config: Config) -> Result<(Ledger, OpenReport)> {
+        let started = Instant::now();
+        let path = config.path.clone();
+        let shown = path.display().to_string();
+        let db = sled::Config::new()
+            .path(&path)
+            .cache_capacity(config.cache_capacity_bytes)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(|e| open_err(&shown, e))?;
+        let tree = db
+            .open_tree("ledger")
+            .map_err(|e| open_err(&shown, e))?;
+        let corrupt = |detail: String| LedgerError::Corrupt {
+            path: shown.clone(),
+            detail,
+        };
+
+        let stats: Option<Stats> = match tree.get(STATS_KEY).map_err(|e| open_err(&shown, e))? {
+            None => None,
+            Some(v) => Some(decode("stats", &v).map_err(|e| corrupt(e.to_string()))?),
+        };
+        let last = tree
+            .scan_prefix([P_FACT])
+            .next_back()
+            .transpose()
+            .map_err(|e| open_err(&shown, e))?;
+        let last_fact = match &last {
+            None => None,
+            Some((k, v)) => {
+                let seq = seq_of(k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
+                Some(Fact::decode(seq, v).map_err(|e| corrupt(e.to_string()))?)
+            }
+        };
+        let fresh = stats.is_none();
+        let stats = stats.unwrap_or_default();
+        let tail = last_fact.as_ref().map_or(0, |f| f.seq);
+        if tail != stats.last_seq {
+            return Err(corrupt(format!(
+                "the log ends at seq {tail} but the projections were written at seq {}",
+                stats.last_seq
+            )));
+        }
+        if let Some(fact) = &last_fact {
+            let rec = tree
+                .get(scoped_key(P_KEY, &fact.client, fact.key.as_str()))
+                .map_err(|e| open_err(&shown, e))?
+                .ok_or_else(|| corrupt(format!("the last fact (seq {tail}) has no key record")))?;
+            let rec = KeyRecord::decode(&rec).map_err(|e| corrupt(e.to_string()))?;
+            if rec.seq != fact.seq {
+                return Err(corrupt(format!(
+                    "the last fact (seq {tail}) and its key record (seq {}) disagree",
+                    rec.seq
+                )));
+            }
+        }
+        let mut balances = Balances::default();
+        for item in tree.scan_prefix([P_ACCOUNT]) {
+            let (k, v) = item.map_err(|e| open_err(&shown, e))?;
+            let (account, currency, balance) =
+                decode_balance(&k, &v).ok_or_else(|| corrupt("an undecodable balance".into()))?;
+            balances
+                .accounts
+                .entry(account)
+                .or_default()
+                .insert(currency, balance);
+        }
+        for (currency, sum) in balances.sums() {
+            if sum != 0 {
+                return Err(corrupt(format!("balances in {currency} sum to {sum}, not 0")));
+            }
+        }
+        let data_file = if config.fsync {
+            Some(File::open(path.join("db")).map_err(|e| {
+                LedgerError::Unavailable(format!("opening the data file for fdatasync: {e}"))
+            })?)
+        } else {
+            None
+        };
+        let report = OpenReport {
+            fresh,
+            facts: stats.last_seq,
+            keys_done: stats.keys_done,
+            keys_expired: stats.keys_expired,
+            accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
+            last_fact_at: last_fact.as_ref().map(|f| f.at.to_rfc3339()),
+            open_ms: started.elapsed().as_millis(),
+        };
+        let observed = stats.observed;
+        let shared = Arc::new(Shared {
+            path,
+            db,
+            tree,
+            data_file,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            durable_seq: AtomicU64::new(stats.last_seq),
+            next_token: AtomicU64::new(1),
+            replayed: AtomicU64::new(observed.replayed),
+            conflicts_in_flight: AtomicU64::new(observed.conflicts_in_flight),
+            conflicts_reused: AtomicU64::new(observed.conflicts_reused),
+            state: RwLock::new(State { balances, stats }),
+            failed: Mutex::new(None),
+            metrics: Mutex::new(CommitMetrics::default()),
+            config,
+        });
+        if fresh {
+            // Write the stats record now, so that a later open can tell a new ledger from
+            // one whose stats vanished.
+            let committer = Committer::new(shared.clone());
+            committer.write_stats_now().map_err(|e| open_err_l(&shown, e))?;
+        }
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let committer_shared = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("idem-committer".into())
+            .spawn(move || Committer::new(committer_shared).run(rx))
+            .map_err(|e| LedgerError::Unavailable(format!("starting the committer: {e}")))?;
+        Ok((
+            Ledger {
+                shared,
+                tx,
+                committer: Arc::new(Mutex::new(Some(handle))),
+            },
+            report,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Submits a command and waits for its durable answer.
+    pub fn submit(&self, client: &ClientId, key: &Key, command: Command) -> Result<Submission> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.submit_with(
+            client,
+            key,
+            command,
+            None,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().unwrap_or(Err(LedgerError::Closed))
+    }
+
+    /// Submits a message through the inbox: deduplicated by its id in the same commit as
+    /// its effect, and by its key like any command.
+    pub fn deliver(
+        &self,
+        message_id: &MessageId,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+    ) -> Result<Submission> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.submit_with(
+            client,
+            key,
+            command,
+            Some(message_id.clone()),
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().unwrap_or(Err(LedgerError::Closed))
+    }
+
+    /// Submits without waiting: `reply` is called once with the answer. This is the
+    /// entry point for async callers, which complete a future from the reply.
+    pub fn submit_with(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+        reply: Reply,
+    ) {
+        let shared = &self.shared;
+        if let Some(reason) = shared.failed.lock().clone() {
+            return reply(Err(LedgerError::Unavailable(reason)));
+        }
+        let fingerprint = command.fingerprint();
+        let now = shared.config.clock.now();
+        let ck = (client.clone(), key.clone());
+        let mut shard = shared.shard(&ck).lock();
+        if let Some(claim) = shard.claims.get(&ck) {
+            let lease_ms = duration_ms(shared.config.lease);
+            let ends = claim.claimed_at.saturating_add_ms(lease_ms);
+            if now < ends {
+                let reused = claim.fingerprint != fingerprint;
+                shard.note(&ck, false);
+                drop(shard);
+                if reused {
+                    shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                    return reply(Ok(Submission::Reused));
+                }
+                shared.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
+                let left = u64::try_from(ends.millis() - now.millis()).unwrap_or(0);
+                // Retry-After is in whole seconds; the commit usually takes milliseconds.
+                let retry_after = Duration::from_millis(left.clamp(1, 1000)).max(Duration::from_secs(1));
+                return reply(Ok(Submission::InProgress { retry_after }));
+            }
+            // The lease ran out: take the claim over. The committer decides whether the
+            // key is done by now, so this arrival cannot cause a second effect.
+        } else if message.is_none() {
+            // No claim: the key is either new or durably done (claims are released only
+            // after the flush), so a stored record may be answered from here.
+            match shared.tree.get(scoped_key(P_KEY, client, key.as_str())) {
+                Err(e) => return reply(Err(io_err(e))),
+                Ok(None) => {}
+                Ok(Some(bytes)) => {
+                    let seen = KeyRecord::decode(&bytes)
+                        .map(|rec| (core::classify(Some(rec.fingerprint), fingerprint), rec));
+                    match seen {
+                        Err(e) => {
+                            drop(shard);
+                            return reply(Err(shared.corrupt(e)));
+                        }
+                        Ok((Seen::Reused, _)) => {
+                            shard.note(&ck, false);
+                            drop(shard);
+                            shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                            return reply(Ok(Submission::Reused));
+                        }
+                        Ok((_, rec)) => {
+                            shard.note(&ck, true);
+                            drop(shard);
+                            shared.replayed.fetch_add(1, Ordering::Relaxed);
+                            return reply(shared.stored_outcome(&rec).map(Submission::Replayed));
+                        }
+                    }
+                }
+            }
+        }
+        let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
+        shard.claims.insert(
+            ck,
+            Claim {
+                fingerprint,
+                token,
+                claimed_at: now,
+                command: command.clone(),
+            },
+        );
+        drop(shard);
+        let request = Request::Command {
+            client: client.clone(),
+            key: key.clone(),
+            command,
+            fingerprint,
+            token,
+            message,
+            arrived: Instant::now(),
+            reply,
+        };
+        if let Err(crossbeam_channel::SendError(Request::Command {
+            client, key, token, reply, ..
+        })) = self.tx.send(request)
+        {
+            shared.release(&(client, key), token);
+            reply(Err(LedgerError::Closed));
+        }
+    }
+
+    /// Keeps an inbox message that could not be applied, with the reason, durably.
+    pub fn quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: &[u8],
+    ) -> Result<u64> {
+        let mut text = String::from_utf8_lossy(payload).into_owned();
+        if text.len() > 4096 {
+            let mut cut = 4096;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let request = Request::Quarantine {
+            message_id,
+            reason,
+            payload: text,
+            reply: Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        };
+        self.tx.send(request).map_err(|_| LedgerError::Closed)?;
+        rx.recv().unwrap_or(Err(LedgerError::Closed))
+    }
+
+    pub fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        let mut out = Vec::new();
+        for item in self.shared.tree.scan_prefix([P_QUARANTINE]).take(limit) {
+            let (_, v) = item.map_err(io_err)?;
+            out.push(decode("quarantine", &v).map_err(|e| self.shared.corrupt(e))?);
+        }
+        Ok(out)
+    }
+
+    /// Expires the stored responses of done keys older than the retention, as of the
+    /// clock's now. Returns how many keys expired.
+    pub fn sweep(&self) -> Result<usize> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.tx
+            .send(Request::Sweep {
+                reply: Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            })
+            .map_err(|_| LedgerError::Closed)?;
+        rx.recv().unwrap_or(Err(LedgerError::Closed))
+    }
+
+    /// Rebuilds every projection from the log and checks the guarantees. Runs on the
+    /// committer, between batches, so it sees one consistent state.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.tx
+            .send(Request::Verify {
+                reply: Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            })
+            .map_err(|_| LedgerError::Closed)?;
+        rx.recv().unwrap_or(Err(LedgerError::Closed))
+    }
+
+    /// Finishes and flushes everything submitted before, then stops the committer.
+    /// Later submissions answer [`LedgerError::Closed`].
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Request::Shutdown);
+        if let Some(handle) = self.committer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    // ---- reads ---------------------------------------------------------------------
+
+    /// The sequence number of the last durable fact.
+    pub fn durable_seq(&self) -> u64 {
+        self.shared.durable_seq.load(Ordering::Acquire)
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut stats = self.shared.state.read().stats.clone();
+        stats.observed = self.shared.observed();
+        stats
+    }
+
+    pub fn commit_metrics(&self) -> CommitMetrics {
+        self.shared.metrics.lock().clone()
+    }
+
+    /// Balances of one account, per currency (system accounts may hold several).
+    pub fn account(&self, account: &Account) -> Option<BTreeMap<Currency, i128>> {
+        self.shared.state.read().balances.accounts.get(account).cloned()
+    }
+
+    pub fn balances(&self) -> Balances {
+        self.shared.state.read().balances.clone()
+    }
+
+    /// Facts with `seq > after`, in order, at most `limit`, durable ones only.
+    pub fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        let durable = self.durable_seq();
+        let mut out = Vec::new();
+        let start = fact_key(after.saturating_add(1));
+        for item in self.shared.tree.range(start..=fact_key(durable)).take(limit) {
+            let (k, v) = item.map_err(io_err)?;
+            let seq = seq_of(&k).ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
+            out.push(Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?);
+        }
+        Ok(out)
+    }
+
+    pub fn fact(&self, seq: u64) -> Result<Option<Fact>> {
+        self.shared.fact(seq)
+    }
+
+    /// Pending keys (claimed, not yet durable), oldest first.
+    pub fn pending(&self) -> Vec<KeyInfo> {
+        let now = self.shared.config.clock.now();
+        let lease = duration_ms(self.shared.config.lease);
+        let mut out = Vec::new();
+        for shard in &self.shared.shards {
+            let shard = shard.lock();
+            for ((client, key), claim) in &shard.claims {
+                let (replays, conflicts) = shard.activity.get(&(client.clone(), key.clone())).copied().unwrap_or_default();
+                out.push(KeyInfo {
+                    client: client.clone(),
+                    key: key.clone(),
+                    status: KeyStatus::Pending,
+                    command: claim.command.clone(),
+                    since: claim.claimed_at,
+                    outcome: None,
+                    lease_expired: now >= claim.claimed_at.saturating_add_ms(lease),
+                    replays,
+                    conflicts,
+                });
+            }
+        }
+        out.sort_by(|a, b| (a.since, &a.client, &a.key).cmp(&(b.since, &b.client, &b.key)));
+        out
+    }
+
+    /// One key: pending, done or expired; `None` if never seen.
+    pub fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>> {
+        let ck = (client.clone(), key.clone());
+        {
+            let shard = self.shared.shard(&ck).lock();
+            if shard.claims.contains_key(&ck) {
+                drop(shard);
+                return Ok(self.pending().into_iter().find(|k| k.client == *client && k.key == *key));
+            }
+        }
+        match self.shared.tree.get(scoped_key(P_KEY, client, key.as_str())).map_err(io_err)? {
+            None => Ok(None),
+            Some(bytes) => Ok(Some(self.shared.key_info(client, key, &bytes)?)),
+        }
+    }
+
+    /// Done and expired keys in (client, key) order after `after`, filtered, at most
+    /// `limit`. Pages: pass the last returned (client, key) as `after`.
+    pub fn keys(
+        &self,
+        status: Option<KeyStatus>,
+        client: Option<&ClientId>,
+        after: Option<(&ClientId, &Key)>,
+        limit: usize,
+    ) -> Result<Vec<KeyInfo>> {
+        if status == Some(KeyStatus::Pending) {
+            return Ok(self
+                .pending()
+                .into_iter()
+                .filter(|k| client.is_none_or(|c| *c == k.client))
+                .take(limit)
+                .collect());
+        }
+        let prefix = match client {
+            Some(c) => scoped_key(P_KEY, c, ""),
+            None => vec![P_KEY],
+        };
+        let mut out = Vec::new();
+        let iter = match after {
+            Some((c, k)) => {
+                let mut start = scoped_key(P_KEY, c, k.as_str());
+                start.push(0);
+                self.shared.tree.range(start..)
+            }
+            None => self.shared.tree.range(prefix.clone()..),
+        };
+        // Expired keys are scanned past cheaply: only the status is needed to filter,
+        // and at most this many records are read per page.
+        let mut scanned = 0usize;
+        for item in iter {
+            let (k, v) = item.map_err(io_err)?;
+            if !k.starts_with(&prefix) || out.len() >= limit || scanned >= 100_000 {
+                break;
+            }
+            scanned += 1;
+            let Some((c, key)) = split_scoped(&k) else {
+                return Err(self.shared.corrupt(DecodeError::new("key record key", "shape")));
+            };
+            if let Some(want) = status {
+                let rec = KeyRecord::decode(&v).map_err(|e| self.shared.corrupt(e))?;
+                let is = if rec.response.is_some() { KeyStatus::Done } else { KeyStatus::Expired };
+                if is != want {
+                    continue;
+                }
+            }
+            out.push(self.shared.key_info(&c, &key, &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Bytes on disk of the ledger's folder.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        self.shared.db.size_on_disk().map_err(io_err)
+    }
+
+    /// The reason the ledger stopped writing, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failed.lock().clone()
+    }
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn seq_of(k: &[u8]) -> Option<u64> {
+    let b: [u8; 8] = k.get(1..9)?.try_into().ok()?;
+    (k.len() == 9).then(|| u64::from_be_bytes(b))
+}
+
+pub(crate) fn split_scoped(k: &[u8]) -> Option<(ClientId, Key)> {
+    let rest = k.get(1..)?;
+    let nul = rest.iter().position(|b| *b == 0)?;
+    let client = std::str::from_utf8(&rest[..nul]).ok()?;
+    let key = std::str::from_utf8(&rest[nul + 1..]).ok()?;
+    Some((ClientId::parse(client).ok()?, Key::parse(key).ok()?))
+}
+
+pub(crate) fn decode_balance(k: &[u8], v: &[u8]) -> Option<(Account, Currency, i128)> {
+    let rest = k.get(1..)?;
+    let nul = rest.iter().position(|b| *b == 0)?;
+    let account = Account::parse_any(std::str::from_utf8(&rest[..nul]).ok()?).ok()?;
+    let currency = Currency::parse(std::str::from_utf8(&rest[nul + 1..]).ok()?).ok()?;
+    let balance = i128::from_be_bytes(v.try_into().ok()?);
+    Some((account, currency, balance))
+}
+
+fn open_err(path: &str, e: sled::Error) -> LedgerError {
+    match e {
+        sled::Error::Corruption { .. } => LedgerError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("sled reports {e}"),
+        },
+        sled::Error::Io(ref io) if io.kind() == std::io::ErrorKind::WouldBlock
+            || io.to_string().contains("lock") =>
+        {
+            LedgerError::Locked {
+                path: path.to_owned(),
+            }
+        }
+        other => LedgerError::Unavailable(format!("opening {path}: {other}")),
+    }
+}
+
+fn open_err_l(path: &str, e: LedgerError) -> LedgerError {
+    match e {
+        LedgerError::Unavailable(m) => LedgerError::Unavailable(format!("opening {path}: {m}")),
+        other => other,
+    }
+}
+
+impl Shared {
+    fn shard(&self, ck: &(ClientId, Key)) -> &Mutex<Shard> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        ck.hash(&mut h);
+        let i = usize::try_from(h.finish() % SHARDS as u64).unwrap_or(0);
+        &self.shards[i]
+    }
+
+    fn release(&self, ck: &(ClientId, Key), token: u64) {
+        let mut shard = self.shard(ck).lock();
+        if shard.claims.get(ck).is_some_and(|c| c.token == token) {
+            shard.claims.remove(ck);
+        }
+    }
+
+    fn corrupt(&self, e: DecodeError) -> LedgerError {
+        LedgerError::Corrupt {
+            path: self.path.display().to_string(),
+            detail: e.to_string(),
+        }
+    }
+
+    fn observed(&self) -> Observed {
+        Observed {
+            replayed: self.replayed.load(Ordering::Relaxed),
+            conflicts_in_flight: self.conflicts_in_flight.load(Ordering::Relaxed),
+            conflicts_reused: self.conflicts_reused.load(Ordering::Relaxed),
+        }
+    }
+
+    fn fact(&self, seq: u64) -> Result<Option<Fact>> {
+        match self.tree.get(fact_key(seq)).map_err(io_err)? {
+            None => Ok(None),
+            Some(v) => Ok(Some(Fact::decode(seq, &v).map_err(|e| self.corrupt(e))?)),
+        }
+    }
+
+    /// The stored response, or for an expired key the outcome rebuilt from its fact.
+    fn stored_outcome(&self, rec: &KeyRecord) -> Result<Outcome> {
+        if let Some(o) = &rec.response {
+            return Ok(o.clone());
+        }
+        let fact = self.fact(rec.seq)?.ok_or_else(|| {
+            self.corrupt(DecodeError::new("key record", format!("its fact {} is missing", rec.seq)))
+        })?;
+        Ok(Outcome::from_fact(&fact))
+    }
+
+    fn key_info(&self, client: &ClientId, key: &Key, bytes: &[u8]) -> Result<KeyInfo> {
+        let rec = KeyRecord::decode(bytes).map_err(|e| self.corrupt(e))?;
+        let outcome = self.stored_outcome(&rec)?;
+        let command = match &outcome {
+            Outcome::Applied(r) => r.command.clone(),
+            Outcome::Rejected(r) => r.command.clone(),
+        };
+        let (replays, conflicts) = {
+            let ck = (client.clone(), key.clone());
+            self.shard(&ck).lock().activity.get(&ck).copied().unwrap_or_default()
+        };
+        Ok(KeyInfo {
+            client: client.clone(),
+            key: key.clone(),
+            status: if rec.response.is_some() { KeyStatus::Done } else { KeyStatus::Expired },
+            command,
+            since: rec.at,
+            outcome: Some(outcome),
+            lease_expired: false,
+            replays,
+            conflicts,
+        })
+    }
+
+    fn fail(&self, reason: String) -> LedgerError {
+        let mut failed = self.failed.lock();
+        if failed.is_none() {
+            *failed = Some(reason.clone());
+        }
+        LedgerError::Unavailable(reason)
+    }
+}
+
+// ---- the committer -------------------------------------------------------------------
+
+/// Answers held until the batch is durable.
+enum Pending {
+    Command {
+        ck: (ClientId, Key),
+        token: u64,
+        reply: Reply,
+        answer: Submission,
+        arrived: Instant,
+    },
+    Quarantine {
+        reply: Box<dyn FnOnce(Result<u64>) + Send>,
+        id: u64,
+    },
+}
+
+struct Committer {
+    shared: Arc<Shared>,
+    next_quarantine: u64,
+}
+
+/// One batch in the making: every change is staged here and reaches the shared state
+/// only after the batch is durable, so a failed write leaves memory as it was.
+#[derive(Default)]
+struct Staged {
+    batch: sled::Batch,
+    keys: HashMap<(ClientId, Key), (Fingerprint, Fact)>,
+    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
+    refunded: HashMap<(ClientId, Key), u64>,
+    inbox: HashMap<MessageId, Fingerprint>,
+    answers: Vec<Pending>,
+}
+
+impl Committer {
+    fn new(shared: Arc<Shared>) -> Self {
+        let next_quarantine = shared
+            .tree
+            .scan_prefix([P_QUARANTINE])
+            .next_back()
+            .and_then(|r| r.ok())
+            .and_then(|(k, _)| seq_of(&k))
+            .map_or(1, |s| s + 1);
+        Self {
+            shared,
+            next_quarantine,
+        }
+    }
+
+    fn write_stats_now(&self) -> Result<()> {
+        let stats = self.shared.state.read().stats.clone();
+        self.shared
+            .tree
+            .insert(STATS_KEY, encode(&stats))
+            .map_err(io_err)?;
+        self.durable()
+    }
+
+    fn run(mut self, rx: Receiver<Request>) {
+        let max = self.shared.config.batch_max.max(1);
+        while let Ok(first) = rx.recv() {
+            let mut requests = vec![first];
+            while requests.len() < max {
+                match rx.try_recv() {
+                    Ok(r) => requests.push(r),
+                    Err(_) => break,
+                }
+            }
+            let mut stop = false;
+            let mut staged = Staged::default();
+            let mut stats = self.shared.state.read().stats.clone();
+            for request in requests {
+                match request {
+                    Request::Shutdown => stop = true,
+                    Request::Sweep { reply } => {
+                        // Commit what came before, then sweep in its own batch.
+                        self.commit(std::mem::take(&mut staged), &mut stats);
+                        let r = self.sweep(&mut stats);
+                        reply(r);
+                    }
+                    Request::Verify { reply } => {
+                        self.commit(std::mem::take(&mut staged), &mut stats);
+                        reply(verify::verify(&self.shared.tree));
+                    }
+                    Request::Quarantine {
+                        message_id,
+                        reason,
+                        payload,
+                        reply,
+                    } => {
+                        let id = self.next_quarantine;
+                        self.next_quarantine += 1;
+                        let record = Quarantined {
+                            id,
+                            at: self.shared.config.clock.now(),
+                            message_id,
+                            reason,
+                            payload,
+                        };
+                        staged.batch.insert(&quarantine_key(id)[..], encode(&record));
+                        staged.answers.push(Pending::Quarantine { reply, id });
+                    }
+                    Request::Command {
+                        client,
+                        key,
+                        command,
+                        fingerprint,
+                        token,
+                        message,
+                        arrived,
+                        reply,
+                    } => {
+                        let ck = (client, key);
+                        let answer = if self.shared.failed.lock().is_some() {
+                            Err(LedgerError::Unavailable("storage failed earlier".into()))
+                        } else {
+                            self.stage(&mut staged, &mut stats, &ck, command, fingerprint, message)
+                        };
+                        match answer {
+                            Ok(answer) => staged.answers.push(Pending::Command {
+                                ck,
+                                token,
+                                reply,
+                                answer,
+                                arrived,
+                            }),
+                            Err(e) => {
+                                self.shared.release(&ck, token);
+                                reply(Err(e));
+                            }
+                        }
+                    }
+                }
+            }
+            self.commit(staged, &mut stats);
+            if stop {
+                break;
+            }
+        }
+        let _ = self.durable();
+    }
+
+    /// Decides one command into the staged batch: the compare-and-swap on its key, then
+    /// the pure decision, then its fact, key record and projections.
+    fn stage(
+        &self,
+        staged: &mut Staged,
+        stats: &mut Stats,
+        ck: &(ClientId, Key),
+        command: Command,
+        fingerprint: Fingerprint,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        let (client, key) = ck;
+        if let Some(message_id) = &message {
+            let mfp = message_fingerprint(client, key, &command);
+            let seen = match staged.inbox.get(message_id) {
+                Some(f) => Some(*f),
+                None => match self.shared.tree.get(inbox_key(message_id)).map_err(io_err)? {
+                    Some(v) => Some(
+                        decode::<InboxRecord>("inbox record", &v)
+                            .map_err(|e| self.shared.corrupt(e))?
+                            .fingerprint,
+                    ),
+                    None => None,
+                },
+            };
+            if let Some(f) = seen {
+                if f != mfp {
+                    return Ok(Submission::Quarantined {
+                        reason: "message_id_reused: this message id was delivered before \
+                                 with another payload"
+                            .into(),
+                    });
+                }
+            }
+        }
+        // The compare: is the key taken, in this batch or on disk?
+        let existing = match staged.keys.get(ck) {
+            Some((f, fact)) => Some((*f, Outcome::from_fact(fact))),
+            None => match self
+                .shared
+                .tree
+                .get(scoped_key(P_KEY, client, key.as_str()))
+                .map_err(io_err)?
+            {
+                None => None,
+                Some(bytes) => {
+                    let rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
+                    Some((rec.fingerprint, self.shared.stored_outcome(&rec)?))
+                }
+            },
+        };
+        if let Some((stored, outcome)) = existing {
+            return Ok(match core::classify(Some(stored), fingerprint) {
+                Seen::Reused => {
+                    self.shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                    Submission::Reused
+                }
+                _ => {
+                    self.note_message(staged, message, client, key, &command, outcome.seq());
+                    self.shared.replayed.fetch_add(1, Ordering::Relaxed);
+                    Submission::Replayed(outcome)
+                }
+            });
+        }
+        // The swap: decide and stage the fact with everything it changes.
+        let inputs = self.inputs(staged, client, &command)?;
+        let seq = stats.last_seq + 1;
+        let at = self.shared.config.clock.now().max(stats.last_at);
+        let fact = core::decide(client, key, &command, &inputs, seq, at);
+        let outcome = Outcome::from_fact(&fact);
+        staged.batch.insert(&fact_key(seq)[..], fact.encode());
+        let record = KeyRecord {
+            seq,
+            at,
+            fingerprint,
+            response: Some(outcome.clone()),
+        };
+        staged
+            .batch
+            .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
+        for (account, currency, delta) in crate::projection::legs(&fact) {
+            let base = self.shared.state.read().balances.accounts.get(&account).cloned();
+            let entry = staged
+                .accounts
+                .entry(account.clone())
+                .or_insert_with(|| base.unwrap_or_default());
+            let b = entry.entry(currency).or_insert(0);
+            *b = b.saturating_add(delta);
+            staged
+                .batch
+                .insert(account_key(&account, currency), b.to_be_bytes().to_vec());
+        }
+        if let FactBody::RefundRecorded {
+            withdrawal,
+            refunded_total,
+            ..
+        } = &fact.body
+        {
+            let wk = (client.clone(), withdrawal.clone());
+            staged.refunded.insert(wk, *refunded_total);
+            staged.batch.insert(
+                scoped_key(P_REFUNDED, client, withdrawal.as_str()),
+                refunded_total.to_be_bytes().to_vec(),
+            );
+        }
+        stats.apply(&fact);
+        self.note_message(staged, message, client, key, &command, seq);
+        staged.keys.insert(ck.clone(), (fingerprint, fact));
+        Ok(Submission::Executed(outcome))
+    }
+
+    fn note_message(
+        &self,
+        staged: &mut Staged,
+        message: Option<MessageId>,
+        client: &ClientId,
+        key: &Key,
+        command: &Command,
+        seq: u64,
+    ) {
+        if let Some(message_id) = message {
+            let fingerprint = message_fingerprint(client, key, command);
+            staged
+                .batch
+                .insert(inbox_key(&message_id), encode(&InboxRecord { fingerprint, seq }));
+            staged.inbox.insert(message_id, fingerprint);
+        }
+    }
+
+    /// Loads what the decision reads: the account, and for a refund its withdrawal.
+    fn inputs(&self, staged: &Staged, client: &ClientId, command: &Command) -> Result<Inputs> {
+        let account_view = |account: &Account| -> Option<AccountView> {
+            match staged.accounts.get(account) {
+                Some(per) => per.iter().next().map(|(c, b)| AccountView {
+                    currency: *c,
+                    balance: u128::try_from(*b).unwrap_or(0),
+                }),
+                None => self.shared.state.read().balances.user_account(account),
+            }
+        };
+        Ok(match command {
+            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => Inputs {
+                account: account_view(account),
+                withdrawal: None,
+            },
+            Command::Refund { withdrawal, .. } => {
+                let wk = (client.clone(), withdrawal.clone());
+                let fact = match staged.keys.get(&wk) {
+                    Some((_, fact)) => Some(fact.clone()),
+                    None => match self
+                        .shared
+                        .tree
+                        .get(scoped_key(P_KEY, client, withdrawal.as_str()))
+                        .map_err(io_err)?
+                    {
+                        None => None,
+                        Some(bytes) => {
+                            let rec =
+                                KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
+                            self.shared.fact(rec.seq)?
+                        }
+                    },
+                };
+                let view = match fact.map(|f| f.body) {
+                    Some(FactBody::WithdrawalRecorded {
+                        account,
+                        amount,
+                        currency,
+                        ..
+                    }) => {
+                        let refunded = match staged.refunded.get(&wk) {
+                            Some(r) => *r,
+                            None => match self
+                                .shared
+                                .tree
+                                .get(scoped_key(P_REFUNDED, client, withdrawal.as_str()))
+                                .map_err(io_err)?
+                            {
+                                None => 0,
+                                Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(
+                                    |_| {
+                                        self.shared
+                                            .corrupt(DecodeError::new("refunded total", "length"))
+                                    },
+                                )?),
+                            },
+                        };
+                        Some(WithdrawalView {
+                            account,
+                            currency,
+                            amount,
+                            refunded,
+                        })
+                    }
+                    _ => None,
+                };
+                Inputs {
+                    account: view.as_ref().and_then(|w| account_view(&w.account)),
+                    withdrawal: view,
+                }
+            }
+        })
+    }
+
+    /// Writes the staged batch atomically, makes it durable, publishes it, then answers.
+    fn commit(&mut self, staged: Staged, stats: &mut Stats) {
+        if staged.answers.is_empty() {
+            return;
+        }
+        stats.observed = self.shared.observed();
+        let Staged {
+            mut batch,
+            accounts,
+            answers,
+            ..
+        } = staged;
+        batch.insert(STATS_KEY, encode(&*stats));
+        let written = self
+            .shared
+            .tree
+            .apply_batch(batch)
+            .map_err(io_err)
+            .and_then(|()| self.durable());
+        if let Err(e) = written {
+            let e = self.shared.fail(e.to_string());
+            // Memory is left as it was before the batch: the staged state is dropped.
+            *stats = self.shared.state.read().stats.clone();
+            for answer in answers {
+                match answer {
+                    Pending::Command { ck, token, reply, .. } => {
+                        self.shared.release(&ck, token);
+                        reply(Err(e.clone()));
+                    }
+                    Pending::Quarantine { reply, .. } => reply(Err(e.clone())),
+                }
+            }
+            return;
+        }
+        {
+            let mut state = self.shared.state.write();
+            for (account, per) in accounts {
+                state.balances.accounts.insert(account, per);
+            }
+            state.stats = stats.clone();
+        }
+        self.shared.durable_seq.store(stats.last_seq, Ordering::Release);
+        let now = Instant::now();
+        let size = u64::try_from(answers.len()).unwrap_or(u64::MAX);
+        {
+            let mut m = self.shared.metrics.lock();
+            m.batches += 1;
+            m.commands += size;
+            m.batch_size_max = m.batch_size_max.max(size);
+            m.last_batch_size = size;
+        }
+        for answer in answers {
+            match answer {
+                Pending::Command {
+                    ck,
+                    token,
+                    reply,
+                    answer,
+                    arrived,
+                } => {
+                    let us = u64::try_from(now.duration_since(arrived).as_micros()).unwrap_or(u64::MAX);
+                    {
+                        let mut m = self.shared.metrics.lock();
+                        let i = LATENCY_BUCKETS_US.iter().position(|b| us <= *b).unwrap_or(11);
+                        m.latency_buckets[i] += 1;
+                        m.latency_sum_us = m.latency_sum_us.saturating_add(us);
+                    }
+                    if matches!(answer, Submission::Replayed(_)) {
+                        self.shared.shard(&ck).lock().note(&ck, true);
+                    }
+                    self.shared.release(&ck, token);
+                    reply(Ok(answer));
+                }
+                Pending::Quarantine { reply, id } => reply(Ok(id)),
+            }
+        }
+    }
+
+    /// sled's flush, then an fdatasync of its data file: sled syncs with
+    /// `sync_file_range`, which neither flushes the drive's cache nor the file's size.
+    fn durable(&self) -> Result<()> {
+        self.shared.db.flush().map_err(io_err)?;
+        if let Some(f) = &self.shared.data_file {
+            f.sync_data()
+                .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
+        }
+        Ok(())
+    }
+
+    fn sweep(&mut self, stats: &mut Stats) -> Result<usize> {
+        if let Some(reason) = self.shared.failed.lock().clone() {
+            return Err(LedgerError::Unavailable(reason));
+        }
+        let now = self.shared.config.clock.now();
+        let horizon = now.saturating_sub_ms(duration_ms(self.shared.config.retention));
+        let mut batch = sled::Batch::default();
+        let mut expired = 0usize;
+        let mut cursor = stats.sweep_cursor;
+        let before = stats.clone();
+        for item in self.shared.tree.range(fact_key(cursor + 1)..=fact_key(stats.last_seq)).take(10_000) {
+            let (k, v) = item.map_err(io_err)?;
+            let seq = seq_of(&k).ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
+            let fact = Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?;
+            // Facts are recorded with non-decreasing time, so the first one inside the
+            // retention ends the sweep.
+            if fact.at > horizon {
+                break;
+            }
+            let kk = scoped_key(P_KEY, &fact.client, fact.key.as_str());
+            if let Some(bytes) = self.shared.tree.get(&kk).map_err(io_err)? {
+                let mut rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
+                if rec.response.take().is_some() {
+                    batch.insert(kk, rec.encode());
+                    stats.expire_one();
+                    expired += 1;
+                }
+            }
+            cursor = seq;
+        }
+        if cursor == stats.sweep_cursor {
+            return Ok(0);
+        }
+        stats.sweep_cursor = cursor;
+        stats.observed = self.shared.observed();
+        batch.insert(STATS_KEY, encode(&*stats));
+        let written = self
+            .shared
+            .tree
+            .apply_batch(batch)
+            .map_err(io_err)
+            .and_then(|()| self.durable());
+        if let Err(e) = written {
+            *stats = before;
+            return Err(self.shared.fail(e.to_string()));
+        }
+        self.shared.state.write().stats = stats.clone();
+        Ok(expired)
+    }
+}
+
+fn inbox_key(message_id: &MessageId) -> Vec<u8> {
+    let mut k = vec![P_INBOX];
+    k.extend_from_slice(message_id.as_str().as_bytes());
+    k
+}
