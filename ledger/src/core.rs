@@ -1,7 +1,9 @@
 //! The pure core: given what the ledger knows, a command and the time, decide the fact to
 //! record. No I/O, no clock, no failure: every input has an answer.
 
-use crate::domain::{Account, Amount, ClientId, Command, Currency, Fingerprint, Key, Rejection, Timestamp};
+use crate::domain::{
+    Account, Amount, ClientId, Command, Currency, Fingerprint, Key, Rejection, Timestamp,
+};
 use crate::fact::{Fact, FactBody};
 
 /// A user account as the decision needs it.

@@ -18,7 +18,9 @@ pub const NAME_LEN_MAX: usize = 64;
 pub enum InvalidInput {
     #[error("the idempotency key must be 1 to 255 bytes of visible ASCII (0x21..=0x7E)")]
     Key,
-    #[error("an account is 1 to 64 bytes of letters, digits, '_', '-', '.', ':' and must not start with '@'")]
+    #[error(
+        "an account is 1 to 64 bytes of letters, digits, '_', '-', '.', ':' and must not start with '@'"
+    )]
     Account,
     #[error("a client name is 1 to 64 bytes of letters, digits, '_', '-', '.'")]
     Client,
@@ -348,14 +350,10 @@ impl Rejection {
     pub fn title(self) -> &'static str {
         match self {
             Rejection::AccountNotFound => "The account does not exist.",
-            Rejection::WithdrawalNotFound => {
-                "No applied withdrawal has this key for this client."
-            }
+            Rejection::WithdrawalNotFound => "No applied withdrawal has this key for this client.",
             Rejection::CurrencyMismatch => "The account holds another currency.",
             Rejection::InsufficientFunds => "The balance is lower than the amount.",
-            Rejection::RefundExceedsWithdrawal => {
-                "The refunds would exceed the amount withdrawn."
-            }
+            Rejection::RefundExceedsWithdrawal => "The refunds would exceed the amount withdrawn.",
         }
     }
     pub(crate) fn index(self) -> usize {

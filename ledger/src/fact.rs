@@ -210,15 +210,13 @@ impl Fact {
                 balance_after: *balance_after,
                 refunded_total: *refunded_total,
             }),
-            FactBody::CommandRejected { command, rejection } => {
-                postcard::to_stdvec(&RejectedV1 {
-                    at,
-                    client,
-                    key,
-                    command: command.clone(),
-                    rejection: *rejection,
-                })
-            }
+            FactBody::CommandRejected { command, rejection } => postcard::to_stdvec(&RejectedV1 {
+                at,
+                client,
+                key,
+                command: command.clone(),
+                rejection: *rejection,
+            }),
         };
         // Serialising plain owned data into a Vec cannot fail.
         out.extend(payload.unwrap_or_default());
@@ -388,15 +386,13 @@ impl Outcome {
                 refunded_total: Some(*refunded_total),
                 created_at: fact.at,
             }),
-            FactBody::CommandRejected { rejection, .. } => {
-                Outcome::Rejected(RejectionReceipt {
-                    key: fact.key.clone(),
-                    command,
-                    rejection: *rejection,
-                    seq: fact.seq,
-                    created_at: fact.at,
-                })
-            }
+            FactBody::CommandRejected { rejection, .. } => Outcome::Rejected(RejectionReceipt {
+                key: fact.key.clone(),
+                command,
+                rejection: *rejection,
+                seq: fact.seq,
+                created_at: fact.at,
+            }),
         }
     }
 

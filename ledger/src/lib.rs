@@ -17,7 +17,7 @@ pub use domain::{
 pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
 pub use projection::{Balances, Observed, Stats};
 pub use store::{
-    CommitMetrics, Config, KeyInfo, KeyStatus, Ledger, LedgerError, OpenReport, Quarantined,
-    Submission,
+    CommitMetrics, Config, KeyInfo, KeyStatus, Ledger, LedgerError, OpenReport, PauseGuard,
+    Quarantined, Submission,
 };
 pub use verify::{VerifyReport, Violation};

@@ -18,9 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SystemClock};
 use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
-use crate::domain::{
-    Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp,
-};
+use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp};
 use crate::fact::{DecodeError, Fact, FactBody, Outcome};
 use crate::projection::{Balances, Observed, Stats};
 use crate::verify::{self, VerifyReport};
@@ -277,7 +275,10 @@ fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     out
 }
 
-pub(crate) fn decode<T: for<'de> Deserialize<'de>>(what: &'static str, bytes: &[u8]) -> Result<T, DecodeError> {
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
+    what: &'static str,
+    bytes: &[u8],
+) -> Result<T, DecodeError> {
     match bytes.split_first() {
         Some((&RECORD_VERSION, rest)) => {
             postcard::from_bytes(rest).map_err(|e| DecodeError::new(what, e))
@@ -362,7 +363,18 @@ struct Shared {
 
 /// Histogram buckets (upper bounds, microseconds) of commit latency.
 pub const LATENCY_BUCKETS_US: [u64; 12] = [
-    100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, u64::MAX,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    u64::MAX,
 ];
 
 /// Counts for the commit path: how long a batch took from its first command's arrival
@@ -404,7 +416,15 @@ enum Request {
     Verify {
         reply: Box<dyn FnOnce(Result<VerifyReport>) + Send>,
     },
+    /// Holds the committer until the sender side is dropped (see [`Ledger::pause`]).
+    Pause(Receiver<()>),
     Shutdown,
+}
+
+/// Keeps the committer paused while alive.
+#[derive(Debug)]
+pub struct PauseGuard {
+    _tx: Sender<()>,
 }
 
 /// Called exactly once with the answer, from the committer thread (keep it short) or
@@ -441,9 +461,7 @@ impl Ledger {
             .mode(sled::Mode::HighThroughput)
             .open()
             .map_err(|e| open_err(&shown, e))?;
-        let tree = db
-            .open_tree("ledger")
-            .map_err(|e| open_err(&shown, e))?;
+        let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
         let corrupt = |detail: String| LedgerError::Corrupt {
             path: shown.clone(),
             detail,
@@ -461,7 +479,8 @@ impl Ledger {
         let last_fact = match &last {
             None => None,
             Some((k, v)) => {
-                let seq = seq_of(k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
+                let seq =
+                    seq_of(k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
                 Some(Fact::decode(seq, v).map_err(|e| corrupt(e.to_string()))?)
             }
         };
@@ -500,7 +519,9 @@ impl Ledger {
         }
         for (currency, sum) in balances.sums() {
             if sum != 0 {
-                return Err(corrupt(format!("balances in {currency} sum to {sum}, not 0")));
+                return Err(corrupt(format!(
+                    "balances in {currency} sum to {sum}, not 0"
+                )));
             }
         }
         let data_file = if config.fsync {
@@ -540,7 +561,9 @@ impl Ledger {
             // Write the stats record now, so that a later open can tell a new ledger from
             // one whose stats vanished.
             let committer = Committer::new(shared.clone());
-            committer.write_stats_now().map_err(|e| open_err_l(&shown, e))?;
+            committer
+                .write_stats_now()
+                .map_err(|e| open_err_l(&shown, e))?;
         }
         let (tx, rx) = crossbeam_channel::unbounded();
         let committer_shared = shared.clone();
@@ -635,7 +658,8 @@ impl Ledger {
                 shared.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
                 let left = u64::try_from(ends.millis() - now.millis()).unwrap_or(0);
                 // Retry-After is in whole seconds; the commit usually takes milliseconds.
-                let retry_after = Duration::from_millis(left.clamp(1, 1000)).max(Duration::from_secs(1));
+                let retry_after =
+                    Duration::from_millis(left.clamp(1, 1000)).max(Duration::from_secs(1));
                 return reply(Ok(Submission::InProgress { retry_after }));
             }
             // The lease ran out: take the claim over. The committer decides whether the
@@ -692,7 +716,11 @@ impl Ledger {
             reply,
         };
         if let Err(crossbeam_channel::SendError(Request::Command {
-            client, key, token, reply, ..
+            client,
+            key,
+            token,
+            reply,
+            ..
         })) = self.tx.send(request)
         {
             shared.release(&(client, key), token);
@@ -765,6 +793,15 @@ impl Ledger {
         rx.recv().unwrap_or(Err(LedgerError::Closed))
     }
 
+    /// Stops the committer after what was submitted before, until the guard is dropped:
+    /// commands submitted meanwhile stay pending. For tests of in-flight duplicates and
+    /// lease takeover, and for taking a consistent copy of the folder.
+    pub fn pause(&self) -> PauseGuard {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        let _ = self.tx.send(Request::Pause(rx));
+        PauseGuard { _tx: tx }
+    }
+
     /// Finishes and flushes everything submitted before, then stops the committer.
     /// Later submissions answer [`LedgerError::Closed`].
     pub fn shutdown(&self) {
@@ -793,7 +830,13 @@ impl Ledger {
 
     /// Balances of one account, per currency (system accounts may hold several).
     pub fn account(&self, account: &Account) -> Option<BTreeMap<Currency, i128>> {
-        self.shared.state.read().balances.accounts.get(account).cloned()
+        self.shared
+            .state
+            .read()
+            .balances
+            .accounts
+            .get(account)
+            .cloned()
     }
 
     pub fn balances(&self) -> Balances {
@@ -805,9 +848,15 @@ impl Ledger {
         let durable = self.durable_seq();
         let mut out = Vec::new();
         let start = fact_key(after.saturating_add(1));
-        for item in self.shared.tree.range(start..=fact_key(durable)).take(limit) {
+        for item in self
+            .shared
+            .tree
+            .range(start..=fact_key(durable))
+            .take(limit)
+        {
             let (k, v) = item.map_err(io_err)?;
-            let seq = seq_of(&k).ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
+            let seq = seq_of(&k)
+                .ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
             out.push(Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?);
         }
         Ok(out)
@@ -825,7 +874,11 @@ impl Ledger {
         for shard in &self.shared.shards {
             let shard = shard.lock();
             for ((client, key), claim) in &shard.claims {
-                let (replays, conflicts) = shard.activity.get(&(client.clone(), key.clone())).copied().unwrap_or_default();
+                let (replays, conflicts) = shard
+                    .activity
+                    .get(&(client.clone(), key.clone()))
+                    .copied()
+                    .unwrap_or_default();
                 out.push(KeyInfo {
                     client: client.clone(),
                     key: key.clone(),
@@ -850,10 +903,18 @@ impl Ledger {
             let shard = self.shared.shard(&ck).lock();
             if shard.claims.contains_key(&ck) {
                 drop(shard);
-                return Ok(self.pending().into_iter().find(|k| k.client == *client && k.key == *key));
+                return Ok(self
+                    .pending()
+                    .into_iter()
+                    .find(|k| k.client == *client && k.key == *key));
             }
         }
-        match self.shared.tree.get(scoped_key(P_KEY, client, key.as_str())).map_err(io_err)? {
+        match self
+            .shared
+            .tree
+            .get(scoped_key(P_KEY, client, key.as_str()))
+            .map_err(io_err)?
+        {
             None => Ok(None),
             Some(bytes) => Ok(Some(self.shared.key_info(client, key, &bytes)?)),
         }
@@ -899,11 +960,17 @@ impl Ledger {
             }
             scanned += 1;
             let Some((c, key)) = split_scoped(&k) else {
-                return Err(self.shared.corrupt(DecodeError::new("key record key", "shape")));
+                return Err(self
+                    .shared
+                    .corrupt(DecodeError::new("key record key", "shape")));
             };
             if let Some(want) = status {
                 let rec = KeyRecord::decode(&v).map_err(|e| self.shared.corrupt(e))?;
-                let is = if rec.response.is_some() { KeyStatus::Done } else { KeyStatus::Expired };
+                let is = if rec.response.is_some() {
+                    KeyStatus::Done
+                } else {
+                    KeyStatus::Expired
+                };
                 if is != want {
                     continue;
                 }
@@ -956,8 +1023,8 @@ fn open_err(path: &str, e: sled::Error) -> LedgerError {
             path: path.to_owned(),
             detail: format!("sled reports {e}"),
         },
-        sled::Error::Io(ref io) if io.kind() == std::io::ErrorKind::WouldBlock
-            || io.to_string().contains("lock") =>
+        sled::Error::Io(ref io)
+            if io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock") =>
         {
             LedgerError::Locked {
                 path: path.to_owned(),
@@ -1017,7 +1084,10 @@ impl Shared {
             return Ok(o.clone());
         }
         let fact = self.fact(rec.seq)?.ok_or_else(|| {
-            self.corrupt(DecodeError::new("key record", format!("its fact {} is missing", rec.seq)))
+            self.corrupt(DecodeError::new(
+                "key record",
+                format!("its fact {} is missing", rec.seq),
+            ))
         })?;
         Ok(Outcome::from_fact(&fact))
     }
@@ -1031,12 +1101,21 @@ impl Shared {
         };
         let (replays, conflicts) = {
             let ck = (client.clone(), key.clone());
-            self.shard(&ck).lock().activity.get(&ck).copied().unwrap_or_default()
+            self.shard(&ck)
+                .lock()
+                .activity
+                .get(&ck)
+                .copied()
+                .unwrap_or_default()
         };
         Ok(KeyInfo {
             client: client.clone(),
             key: key.clone(),
-            status: if rec.response.is_some() { KeyStatus::Done } else { KeyStatus::Expired },
+            status: if rec.response.is_some() {
+                KeyStatus::Done
+            } else {
+                KeyStatus::Expired
+            },
             command,
             since: rec.at,
             outcome: Some(outcome),
@@ -1129,6 +1208,11 @@ impl Committer {
             for request in requests {
                 match request {
                     Request::Shutdown => stop = true,
+                    Request::Pause(until) => {
+                        self.commit(std::mem::take(&mut staged), &mut stats);
+                        // Returns when the guard is dropped.
+                        let _ = until.recv();
+                    }
                     Request::Sweep { reply } => {
                         // Commit what came before, then sweep in its own batch.
                         self.commit(std::mem::take(&mut staged), &mut stats);
@@ -1154,7 +1238,9 @@ impl Committer {
                             reason,
                             payload,
                         };
-                        staged.batch.insert(&quarantine_key(id)[..], encode(&record));
+                        staged
+                            .batch
+                            .insert(&quarantine_key(id)[..], encode(&record));
                         staged.answers.push(Pending::Quarantine { reply, id });
                     }
                     Request::Command {
@@ -1213,7 +1299,12 @@ impl Committer {
             let mfp = message_fingerprint(client, key, &command);
             let seen = match staged.inbox.get(message_id) {
                 Some(f) => Some(*f),
-                None => match self.shared.tree.get(inbox_key(message_id)).map_err(io_err)? {
+                None => match self
+                    .shared
+                    .tree
+                    .get(inbox_key(message_id))
+                    .map_err(io_err)?
+                {
                     Some(v) => Some(
                         decode::<InboxRecord>("inbox record", &v)
                             .map_err(|e| self.shared.corrupt(e))?
@@ -1278,7 +1369,14 @@ impl Committer {
             .batch
             .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
         for (account, currency, delta) in crate::projection::legs(&fact) {
-            let base = self.shared.state.read().balances.accounts.get(&account).cloned();
+            let base = self
+                .shared
+                .state
+                .read()
+                .balances
+                .accounts
+                .get(&account)
+                .cloned();
             let entry = staged
                 .accounts
                 .entry(account.clone())
@@ -1319,9 +1417,10 @@ impl Committer {
     ) {
         if let Some(message_id) = message {
             let fingerprint = message_fingerprint(client, key, command);
-            staged
-                .batch
-                .insert(inbox_key(&message_id), encode(&InboxRecord { fingerprint, seq }));
+            staged.batch.insert(
+                inbox_key(&message_id),
+                encode(&InboxRecord { fingerprint, seq }),
+            );
             staged.inbox.insert(message_id, fingerprint);
         }
     }
@@ -1376,12 +1475,12 @@ impl Committer {
                                 .map_err(io_err)?
                             {
                                 None => 0,
-                                Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(
-                                    |_| {
+                                Some(v) => {
+                                    u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
                                         self.shared
                                             .corrupt(DecodeError::new("refunded total", "length"))
-                                    },
-                                )?),
+                                    })?)
+                                }
                             },
                         };
                         Some(WithdrawalView {
@@ -1426,7 +1525,9 @@ impl Committer {
             *stats = self.shared.state.read().stats.clone();
             for answer in answers {
                 match answer {
-                    Pending::Command { ck, token, reply, .. } => {
+                    Pending::Command {
+                        ck, token, reply, ..
+                    } => {
                         self.shared.release(&ck, token);
                         reply(Err(e.clone()));
                     }
@@ -1442,7 +1543,9 @@ impl Committer {
             }
             state.stats = stats.clone();
         }
-        self.shared.durable_seq.store(stats.last_seq, Ordering::Release);
+        self.shared
+            .durable_seq
+            .store(stats.last_seq, Ordering::Release);
         let now = Instant::now();
         let size = u64::try_from(answers.len()).unwrap_or(u64::MAX);
         {
@@ -1461,10 +1564,14 @@ impl Committer {
                     answer,
                     arrived,
                 } => {
-                    let us = u64::try_from(now.duration_since(arrived).as_micros()).unwrap_or(u64::MAX);
+                    let us =
+                        u64::try_from(now.duration_since(arrived).as_micros()).unwrap_or(u64::MAX);
                     {
                         let mut m = self.shared.metrics.lock();
-                        let i = LATENCY_BUCKETS_US.iter().position(|b| us <= *b).unwrap_or(11);
+                        let i = LATENCY_BUCKETS_US
+                            .iter()
+                            .position(|b| us <= *b)
+                            .unwrap_or(11);
                         m.latency_buckets[i] += 1;
                         m.latency_sum_us = m.latency_sum_us.saturating_add(us);
                     }
@@ -1500,9 +1607,15 @@ impl Committer {
         let mut expired = 0usize;
         let mut cursor = stats.sweep_cursor;
         let before = stats.clone();
-        for item in self.shared.tree.range(fact_key(cursor + 1)..=fact_key(stats.last_seq)).take(10_000) {
+        for item in self
+            .shared
+            .tree
+            .range(fact_key(cursor + 1)..=fact_key(stats.last_seq))
+            .take(10_000)
+        {
             let (k, v) = item.map_err(io_err)?;
-            let seq = seq_of(&k).ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
+            let seq = seq_of(&k)
+                .ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
             let fact = Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?;
             // Facts are recorded with non-decreasing time, so the first one inside the
             // retention ends the sweep.

@@ -146,7 +146,10 @@ pub(crate) fn verify(tree: &sled::Tree) -> Result<VerifyReport, LedgerError> {
                     Some(seq) if *seq == rec.seq => {}
                     Some(seq) => r.add(
                         KEY_FACT,
-                        format!("key {key:?} of {client:?} points at seq {} but its fact is {seq}", rec.seq),
+                        format!(
+                            "key {key:?} of {client:?} points at seq {} but its fact is {seq}",
+                            rec.seq
+                        ),
                     ),
                     None => r.add(
                         KEY_FACT,
@@ -232,7 +235,10 @@ pub(crate) fn verify(tree: &sled::Tree) -> Result<VerifyReport, LedgerError> {
                 ];
                 for (name, stored, folded) in pairs {
                     if stored != folded {
-                        r.add(COUNTERS, format!("{name}: stored {stored}, the log gives {folded}"));
+                        r.add(
+                            COUNTERS,
+                            format!("{name}: stored {stored}, the log gives {folded}"),
+                        );
                     }
                 }
                 if s.applied != stats.applied || s.rejected != stats.rejected {
@@ -278,14 +284,20 @@ fn check_fact(
             if rec.fingerprint != fact.body.command().fingerprint() {
                 r.add(
                     SAME_ANSWER,
-                    format!("seq {}: the key's fingerprint is not its fact's command", fact.seq),
+                    format!(
+                        "seq {}: the key's fingerprint is not its fact's command",
+                        fact.seq
+                    ),
                 );
             }
             if let Some(response) = &rec.response {
                 if *response != Outcome::from_fact(fact) {
                     r.add(
                         SAME_ANSWER,
-                        format!("seq {}: the stored response differs from the fact", fact.seq),
+                        format!(
+                            "seq {}: the stored response differs from the fact",
+                            fact.seq
+                        ),
                     );
                 }
             }
@@ -307,11 +319,17 @@ fn check_fact(
         if i128::try_from(claimed).ok() != Some(after) {
             r.add(
                 DERIVED,
-                format!("seq {}: records balance {claimed}, the fold gives {after}", fact.seq),
+                format!(
+                    "seq {}: records balance {claimed}, the fold gives {after}",
+                    fact.seq
+                ),
             );
         }
         if after < 0 {
-            r.add(NO_OVERDRAFT, format!("seq {} leaves a balance of {after}", fact.seq));
+            r.add(
+                NO_OVERDRAFT,
+                format!("seq {} leaves a balance of {after}", fact.seq),
+            );
         }
     }
     match &fact.body {
@@ -326,7 +344,10 @@ fn check_fact(
         } => match withdrawals.get_mut(&(fact.client.clone(), withdrawal.clone())) {
             None => r.add(
                 REFUNDS,
-                format!("seq {} refunds {withdrawal:?}, which is no earlier withdrawal", fact.seq),
+                format!(
+                    "seq {} refunds {withdrawal:?}, which is no earlier withdrawal",
+                    fact.seq
+                ),
             ),
             Some((withdrawn, refunded)) => {
                 *refunded += amount.units();

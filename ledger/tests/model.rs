@@ -1,0 +1,338 @@
+//! Model-based test: random command sequences with duplicates, clock moves, sweeps and
+//! restarts, run against the real ledger on sled and against a plain in-memory reference
+//! model written independently of the core. After every step they must agree and `verify`
+//! must pass.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledger::*;
+use proptest::prelude::*;
+
+const HOUR_MS: i64 = 3_600_000;
+const RETENTION_H: i64 = 24;
+
+#[derive(Debug, Clone)]
+enum Step {
+    Submit {
+        client: u8,
+        key: u8,
+        kind: u8,
+        account: u8,
+        amount: u64,
+        currency: u8,
+        withdrawal: u8,
+    },
+    /// Repeat one of the earlier submissions exactly: the retry of a lost answer.
+    Repeat(usize),
+    Restart,
+    Advance(i64),
+    Sweep,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        10 => (0u8..2, 0u8..12, 0u8..3, 0u8..3, 1u64..600, 0u8..2, 0u8..12).prop_map(
+            |(client, key, kind, account, amount, currency, withdrawal)| Step::Submit {
+                client, key, kind, account, amount, currency, withdrawal
+            }
+        ),
+        5 => (0usize..64).prop_map(Step::Repeat),
+        1 => Just(Step::Restart),
+        2 => (-3i64..14).prop_map(Step::Advance),
+        2 => Just(Step::Sweep),
+    ]
+}
+
+/// What the model says a submission answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Answer {
+    Executed(Result<u128, &'static str>, u64),
+    Replayed(Result<u128, &'static str>, u64),
+    Reused,
+}
+
+#[derive(Debug, Clone)]
+struct KeyState {
+    command: Command,
+    result: Result<u128, &'static str>,
+    seq: u64,
+    at: i64,
+    expired: bool,
+}
+
+/// The reference: HashMaps and arithmetic, nothing shared with the ledger's core.
+#[derive(Debug, Default)]
+struct Model {
+    keys: HashMap<(String, String), KeyState>,
+    /// user account -> (currency, balance)
+    users: BTreeMap<String, (String, i128)>,
+    /// (system account, currency) -> balance
+    system: BTreeMap<(String, String), i128>,
+    /// (client, withdrawal key) -> (account, currency, amount, refunded)
+    withdrawals: HashMap<(String, String), (String, String, u64, u64)>,
+    seq: u64,
+    last_at: i64,
+}
+
+impl Model {
+    fn submit(&mut self, client: &str, key: &str, command: &Command, now: i64) -> Answer {
+        let ck = (client.to_owned(), key.to_owned());
+        if let Some(k) = self.keys.get(&ck) {
+            return if k.command == *command {
+                Answer::Replayed(k.result, k.seq)
+            } else {
+                Answer::Reused
+            };
+        }
+        self.seq += 1;
+        self.last_at = self.last_at.max(now);
+        let result = self.decide(client, key, command);
+        self.keys.insert(
+            ck,
+            KeyState {
+                command: command.clone(),
+                result,
+                seq: self.seq,
+                at: self.last_at,
+                expired: false,
+            },
+        );
+        Answer::Executed(result, self.seq)
+    }
+
+    fn sys(&mut self, name: &str, cur: &str, delta: i128) {
+        *self
+            .system
+            .entry((name.to_owned(), cur.to_owned()))
+            .or_insert(0) += delta;
+    }
+
+    fn decide(&mut self, client: &str, key: &str, command: &Command) -> Result<u128, &'static str> {
+        match command {
+            Command::Deposit {
+                account,
+                amount,
+                currency,
+            } => {
+                let (a, cur, n) = (
+                    account.to_string(),
+                    currency.to_string(),
+                    i128::from(amount.units()),
+                );
+                let entry = self.users.entry(a).or_insert((cur.clone(), 0));
+                if entry.0 != cur {
+                    return Err("currency_mismatch");
+                }
+                entry.1 += n;
+                let after = entry.1;
+                self.sys("@world", &cur, -n);
+                Ok(u128::try_from(after).unwrap())
+            }
+            Command::Withdraw {
+                account,
+                amount,
+                currency,
+            } => {
+                let (a, cur, n) = (
+                    account.to_string(),
+                    currency.to_string(),
+                    i128::from(amount.units()),
+                );
+                let Some(entry) = self.users.get_mut(&a) else {
+                    return Err("account_not_found");
+                };
+                if entry.0 != cur {
+                    return Err("currency_mismatch");
+                }
+                if entry.1 < n {
+                    return Err("insufficient_funds");
+                }
+                entry.1 -= n;
+                let after = entry.1;
+                self.sys("@payouts", &cur, n);
+                self.withdrawals.insert(
+                    (client.to_owned(), key.to_owned()),
+                    (a, cur, amount.units(), 0),
+                );
+                Ok(u128::try_from(after).unwrap())
+            }
+            Command::Refund { withdrawal, amount } => {
+                let wk = (client.to_owned(), withdrawal.to_string());
+                let Some((a, cur, withdrawn, refunded)) = self.withdrawals.get_mut(&wk) else {
+                    return Err("withdrawal_not_found");
+                };
+                if *refunded + amount.units() > *withdrawn {
+                    return Err("refund_exceeds_withdrawal");
+                }
+                *refunded += amount.units();
+                let (a, cur) = (a.clone(), cur.clone());
+                let n = i128::from(amount.units());
+                let entry = self.users.get_mut(&a).unwrap();
+                entry.1 += n;
+                let after = entry.1;
+                self.sys("@payouts", &cur, -n);
+                Ok(u128::try_from(after).unwrap())
+            }
+        }
+    }
+
+    fn sweep(&mut self, now: i64) {
+        let horizon = now - RETENTION_H * HOUR_MS;
+        for k in self.keys.values_mut() {
+            if k.at <= horizon {
+                k.expired = true;
+            }
+        }
+    }
+}
+
+fn command_of(kind: u8, account: u8, amount: u64, currency: u8, withdrawal: u8) -> Command {
+    let account = Account::parse(["alice", "bob", "carol"][usize::from(account)]).unwrap();
+    let currency = Currency::parse(["RUB", "USD"][usize::from(currency)]).unwrap();
+    let amount = Amount::new(amount).unwrap();
+    match kind {
+        0 => Command::Deposit {
+            account,
+            amount,
+            currency,
+        },
+        1 => Command::Withdraw {
+            account,
+            amount,
+            currency,
+        },
+        _ => Command::Refund {
+            withdrawal: Key::parse(&format!("k{withdrawal}")).unwrap(),
+            amount,
+        },
+    }
+}
+
+fn observed(s: &Submission) -> Answer {
+    let result = |o: &Outcome| match o {
+        Outcome::Applied(r) => (Ok(r.balance), r.seq),
+        Outcome::Rejected(r) => (Err(r.rejection.code()), r.seq),
+    };
+    match s {
+        Submission::Executed(o) => {
+            let (r, seq) = result(o);
+            Answer::Executed(r, seq)
+        }
+        Submission::Replayed(o) => {
+            let (r, seq) = result(o);
+            Answer::Replayed(r, seq)
+        }
+        Submission::Reused => Answer::Reused,
+        other => panic!("unexpected answer without concurrency: {other:?}"),
+    }
+}
+
+fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(Timestamp(1_767_225_600_000));
+    let config = || {
+        Config::new(dir.path().join("l"))
+            .clock(Arc::new(clock.clone()))
+            .retention(Duration::from_secs(
+                u64::try_from(RETENTION_H).unwrap() * 3600,
+            ))
+    };
+    let (mut ledger, _) = Ledger::open(config()).unwrap();
+    let mut model = Model::default();
+    let mut sent: Vec<(String, String, Command)> = Vec::new();
+    for step in steps {
+        let now = clock.now().millis();
+        match step {
+            Step::Submit {
+                client,
+                key,
+                kind,
+                account,
+                amount,
+                currency,
+                withdrawal,
+            } => {
+                let (c, k) = (format!("c{client}"), format!("k{key}"));
+                let command = command_of(kind, account, amount, currency, withdrawal);
+                let got = ledger
+                    .submit(
+                        &ClientId::parse(&c).unwrap(),
+                        &Key::parse(&k).unwrap(),
+                        command.clone(),
+                    )
+                    .unwrap();
+                let want = model.submit(&c, &k, &command, now);
+                prop_assert_eq!(observed(&got), want, "{}/{} {:?}", c, k, command);
+                sent.push((c, k, command));
+            }
+            Step::Repeat(i) => {
+                if sent.is_empty() {
+                    continue;
+                }
+                let (c, k, command) = sent[i % sent.len()].clone();
+                let got = ledger
+                    .submit(
+                        &ClientId::parse(&c).unwrap(),
+                        &Key::parse(&k).unwrap(),
+                        command.clone(),
+                    )
+                    .unwrap();
+                let want = model.submit(&c, &k, &command, now);
+                // A repeat never executes: it replays, or is refused again if it was a reuse.
+                prop_assert!(!matches!(want, Answer::Executed(..)));
+                prop_assert_eq!(observed(&got), want);
+            }
+            Step::Restart => {
+                ledger.shutdown();
+                drop(ledger);
+                let (l, report) = Ledger::open(config()).unwrap();
+                prop_assert_eq!(report.facts, model.seq);
+                ledger = l;
+            }
+            Step::Advance(hours) => clock.advance_ms(hours * HOUR_MS),
+            Step::Sweep => {
+                ledger.sweep().unwrap();
+                model.sweep(now);
+            }
+        }
+        // The ledger and the model agree on every balance and every key's status.
+        let balances = ledger.balances();
+        for (account, (cur, balance)) in &model.users {
+            let got = balances.get(
+                &Account::parse(account).unwrap(),
+                Currency::parse(cur).unwrap(),
+            );
+            prop_assert_eq!(got, Some(*balance), "{} {}", account, cur);
+        }
+        for ((account, cur), balance) in &model.system {
+            let got = balances.get(
+                &Account::parse_any(account).unwrap(),
+                Currency::parse(cur).unwrap(),
+            );
+            prop_assert_eq!(got, Some(*balance), "{} {}", account, cur);
+        }
+        let stats = ledger.stats();
+        prop_assert_eq!(stats.last_seq, model.seq);
+        let expired = model.keys.values().filter(|k| k.expired).count() as u64;
+        prop_assert_eq!(stats.keys_expired, expired);
+        prop_assert_eq!(stats.keys_done, model.keys.len() as u64 - expired);
+        let report = ledger.verify().unwrap();
+        prop_assert!(report.ok(), "{}", report);
+    }
+    Ok(())
+}
+
+proptest! {
+    // 48 cases in CI; PROPTEST_CASES=5000 for a long run.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48),
+        .. ProptestConfig::default()
+    })]
+    #[test]
+    fn ledger_agrees_with_the_model(steps in prop::collection::vec(step(), 1..60)) {
+        run(steps)?;
+    }
+}

@@ -1,0 +1,59 @@
+//! The child of the crash test: opens the ledger and submits the workload from several
+//! threads, printing one `ACK` line per durable answer, until it is killed.
+//! Usage: ledger-crash-child DB_PATH SEED
+
+use std::io::Write;
+use std::sync::Arc;
+
+use ledger::{ClientId, Config, Ledger, Submission, fact::json};
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let (Some(path), Some(seed)) = (args.next(), args.next()) else {
+        eprintln!("usage: ledger-crash-child DB_PATH SEED");
+        std::process::exit(2);
+    };
+    let seed: u64 = seed.parse().unwrap_or(0);
+    let (ledger, report) = match Ledger::open(Config::new(path)) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("open failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    eprintln!("{report}");
+    let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let (ledger, out) = (ledger.clone(), out.clone());
+            std::thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(seed * 1000 + t);
+                let client = ClientId::default_client();
+                loop {
+                    // A small key space: many keys repeat within and across runs.
+                    let n = rng.random_range(0..3000u64);
+                    let key = idem_tests::workload_key(n);
+                    let command = idem_tests::workload_command(n);
+                    match ledger.submit(&client, &key, command) {
+                        Ok(Submission::Executed(o)) | Ok(Submission::Replayed(o)) => {
+                            let line = format!("ACK {} {}\n", key, json::outcome(&o));
+                            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+                            // One write per line, so a kill leaves at most one partial line.
+                            let _ = out.write_all(line.as_bytes());
+                            let _ = out.flush();
+                        }
+                        Ok(_) => {}
+                        Err(e) => {
+                            eprintln!("submit failed: {e}");
+                            std::process::exit(1);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
