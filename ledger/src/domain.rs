@@ -362,7 +362,7 @@ impl Rejection {
 }
 
 /// Milliseconds since the Unix epoch. Time is passed into the core, never read by it.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Default, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Timestamp(pub i64);
 
 impl Timestamp {

@@ -123,12 +123,6 @@ pub struct Observed {
     pub conflicts_reused: u64,
 }
 
-impl Default for Timestamp {
-    fn default() -> Self {
-        Timestamp(0)
-    }
-}
-
 impl Stats {
     /// Folds one new fact: its key is done.
     pub fn apply(&mut self, fact: &Fact) {

@@ -952,13 +952,11 @@ impl Ledger {
         };
         // Expired keys are scanned past cheaply: only the status is needed to filter,
         // and at most this many records are read per page.
-        let mut scanned = 0usize;
-        for item in iter {
+        for (scanned, item) in iter.enumerate() {
             let (k, v) = item.map_err(io_err)?;
             if !k.starts_with(&prefix) || out.len() >= limit || scanned >= 100_000 {
                 break;
             }
-            scanned += 1;
             let Some((c, key)) = split_scoped(&k) else {
                 return Err(self
                     .shared
@@ -988,6 +986,16 @@ impl Ledger {
     /// The reason the ledger stopped writing, if it did.
     pub fn failure(&self) -> Option<String> {
         self.shared.failed.lock().clone()
+    }
+}
+
+impl Drop for Ledger {
+    /// The last handle closes the ledger deterministically, so that the folder can be
+    /// reopened as soon as the drop returns.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.committer) == 1 {
+            self.shutdown();
+        }
     }
 }
 
@@ -1135,8 +1143,16 @@ impl Shared {
 }
 
 // ---- the committer -------------------------------------------------------------------
+//
+// Two threads in a pipeline. The decider takes every queued request, decides each against
+// its own working state (the durable state plus every batch it applied since), and writes
+// the batch with one atomic `apply_batch`. The syncer takes every batch applied since its
+// last sync, makes them durable with one flush and one fdatasync, publishes them to
+// readers, releases their claims and answers. So while one group is being synced, the
+// next is being decided: one fsync covers everything that arrived meanwhile.
 
-/// Answers held until the batch is durable.
+/// An answer held until its batch is durable.
+#[allow(clippy::large_enum_variant)] // Commands are nearly all of them; boxing would cost more.
 enum Pending {
     Command {
         ck: (ClientId, Key),
@@ -1149,15 +1165,33 @@ enum Pending {
         reply: Box<dyn FnOnce(Result<u64>) + Send>,
         id: u64,
     },
+    Sweep {
+        reply: Box<dyn FnOnce(Result<usize>) + Send>,
+        expired: usize,
+    },
+    /// Signalled once everything before it is durable.
+    Barrier(Sender<()>),
+}
+
+/// A batch that is written (atomically, in sled's memory) and waits for durability.
+struct Applied {
+    answers: Vec<Pending>,
+    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
+    stats: Stats,
+    /// The batch did not reach sled: answer with this error, publish nothing.
+    error: Option<LedgerError>,
 }
 
 struct Committer {
     shared: Arc<Shared>,
     next_quarantine: u64,
+    /// The decider's working state: durable state plus batches applied since.
+    balances: Balances,
+    stats: Stats,
 }
 
-/// One batch in the making: every change is staged here and reaches the shared state
-/// only after the batch is durable, so a failed write leaves memory as it was.
+/// One batch in the making. Nothing here reaches the working state until sled has
+/// accepted the batch, so a failed write leaves memory as it was.
 #[derive(Default)]
 struct Staged {
     batch: sled::Batch,
@@ -1166,6 +1200,17 @@ struct Staged {
     refunded: HashMap<(ClientId, Key), u64>,
     inbox: HashMap<MessageId, Fingerprint>,
     answers: Vec<Pending>,
+}
+
+fn durable(shared: &Shared) -> Result<()> {
+    // sled's flush syncs with `sync_file_range`, which neither flushes the drive's write
+    // cache nor the file's size; fdatasync does both (ARCHITECTURE.md, durability).
+    shared.db.flush().map_err(io_err)?;
+    if let Some(f) = &shared.data_file {
+        f.sync_data()
+            .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
+    }
+    Ok(())
 }
 
 impl Committer {
@@ -1177,22 +1222,37 @@ impl Committer {
             .and_then(|r| r.ok())
             .and_then(|(k, _)| seq_of(&k))
             .map_or(1, |s| s + 1);
+        let (balances, stats) = {
+            let state = shared.state.read();
+            (state.balances.clone(), state.stats.clone())
+        };
         Self {
             shared,
             next_quarantine,
+            balances,
+            stats,
         }
     }
 
     fn write_stats_now(&self) -> Result<()> {
-        let stats = self.shared.state.read().stats.clone();
         self.shared
             .tree
-            .insert(STATS_KEY, encode(&stats))
+            .insert(STATS_KEY, encode(&self.stats))
             .map_err(io_err)?;
-        self.durable()
+        durable(&self.shared)
     }
 
+    /// The decider's loop; starts the syncer and stops it on shutdown.
     fn run(mut self, rx: Receiver<Request>) {
+        let (to_syncer, from_decider) = crossbeam_channel::unbounded::<Applied>();
+        let syncer_shared = self.shared.clone();
+        let syncer = std::thread::Builder::new()
+            .name("idem-syncer".into())
+            .spawn(move || sync_loop(&syncer_shared, &from_decider));
+        let Ok(syncer) = syncer else {
+            let _ = self.shared.fail("could not start the syncer thread".into());
+            return;
+        };
         let max = self.shared.config.batch_max.max(1);
         while let Ok(first) = rx.recv() {
             let mut requests = vec![first];
@@ -1204,23 +1264,28 @@ impl Committer {
             }
             let mut stop = false;
             let mut staged = Staged::default();
-            let mut stats = self.shared.state.read().stats.clone();
+            let mut stats = self.stats.clone();
             for request in requests {
                 match request {
                     Request::Shutdown => stop = true,
                     Request::Pause(until) => {
-                        self.commit(std::mem::take(&mut staged), &mut stats);
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
                         // Returns when the guard is dropped.
                         let _ = until.recv();
                     }
                     Request::Sweep { reply } => {
-                        // Commit what came before, then sweep in its own batch.
-                        self.commit(std::mem::take(&mut staged), &mut stats);
-                        let r = self.sweep(&mut stats);
-                        reply(r);
+                        // Apply what came before, then sweep in its own batch.
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        match self.sweep(&mut staged, &mut stats) {
+                            Ok(expired) => staged.answers.push(Pending::Sweep { reply, expired }),
+                            Err(e) => reply(Err(e)),
+                        }
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
                     }
                     Request::Verify { reply } => {
-                        self.commit(std::mem::take(&mut staged), &mut stats);
+                        // Verify reads the tree with every batch before it applied and
+                        // none running: one consistent state.
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
                         reply(verify::verify(&self.shared.tree));
                     }
                     Request::Quarantine {
@@ -1254,10 +1319,17 @@ impl Committer {
                         reply,
                     } => {
                         let ck = (client, key);
-                        let answer = if self.shared.failed.lock().is_some() {
-                            Err(LedgerError::Unavailable("storage failed earlier".into()))
-                        } else {
-                            self.stage(&mut staged, &mut stats, &ck, command, fingerprint, message)
+                        let failed = self.shared.failed.lock().clone();
+                        let answer = match failed {
+                            Some(reason) => Err(LedgerError::Unavailable(reason)),
+                            None => self.stage(
+                                &mut staged,
+                                &mut stats,
+                                &ck,
+                                command,
+                                fingerprint,
+                                message,
+                            ),
                         };
                         match answer {
                             Ok(answer) => staged.answers.push(Pending::Command {
@@ -1275,18 +1347,30 @@ impl Committer {
                     }
                 }
             }
-            self.commit(staged, &mut stats);
+            self.apply(staged, &mut stats, &to_syncer);
             if stop {
                 break;
             }
         }
-        let _ = self.durable();
+        // Everything applied becomes durable and is answered before the threads end.
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let barrier = Applied {
+            answers: vec![Pending::Barrier(done_tx)],
+            accounts: HashMap::new(),
+            stats: self.stats.clone(),
+            error: None,
+        };
+        if to_syncer.send(barrier).is_ok() {
+            let _ = done_rx.recv();
+        }
+        drop(to_syncer);
+        let _ = syncer.join();
     }
 
     /// Decides one command into the staged batch: the compare-and-swap on its key, then
     /// the pure decision, then its fact, key record and projections.
     fn stage(
-        &self,
+        &mut self,
         staged: &mut Staged,
         stats: &mut Stats,
         ck: &(ClientId, Key),
@@ -1313,14 +1397,29 @@ impl Committer {
                     None => None,
                 },
             };
-            if let Some(f) = seen {
-                if f != mfp {
-                    return Ok(Submission::Quarantined {
-                        reason: "message_id_reused: this message id was delivered before \
-                                 with another payload"
-                            .into(),
-                    });
-                }
+            if seen.is_some_and(|f| f != mfp) {
+                let reason = "message_id_reused: this message id was delivered before with \
+                              another payload";
+                // Kept with the reason, in the same batch as the answer.
+                let id = self.next_quarantine;
+                self.next_quarantine += 1;
+                let record = Quarantined {
+                    id,
+                    at: self.shared.config.clock.now(),
+                    message_id: Some(message_id.as_str().to_owned()),
+                    reason: reason.into(),
+                    payload: format!(
+                        "{{\"key\":{:?},\"command\":{:?}}}",
+                        key.as_str(),
+                        command.name()
+                    ),
+                };
+                staged
+                    .batch
+                    .insert(&quarantine_key(id)[..], encode(&record));
+                return Ok(Submission::Quarantined {
+                    reason: reason.into(),
+                });
             }
         }
         // The compare: is the key taken, in this batch or on disk?
@@ -1369,14 +1468,7 @@ impl Committer {
             .batch
             .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
         for (account, currency, delta) in crate::projection::legs(&fact) {
-            let base = self
-                .shared
-                .state
-                .read()
-                .balances
-                .accounts
-                .get(&account)
-                .cloned();
+            let base = self.balances.accounts.get(&account).cloned();
             let entry = staged
                 .accounts
                 .entry(account.clone())
@@ -1433,7 +1525,7 @@ impl Committer {
                     currency: *c,
                     balance: u128::try_from(*b).unwrap_or(0),
                 }),
-                None => self.shared.state.read().balances.user_account(account),
+                None => self.balances.user_account(account),
             }
         };
         Ok(match command {
@@ -1500,8 +1592,8 @@ impl Committer {
         })
     }
 
-    /// Writes the staged batch atomically, makes it durable, publishes it, then answers.
-    fn commit(&mut self, staged: Staged, stats: &mut Stats) {
+    /// Writes the staged batch with one atomic `apply_batch` and hands it to the syncer.
+    fn apply(&mut self, staged: Staged, stats: &mut Stats, to_syncer: &Sender<Applied>) {
         if staged.answers.is_empty() {
             return;
         }
@@ -1513,106 +1605,47 @@ impl Committer {
             ..
         } = staged;
         batch.insert(STATS_KEY, encode(&*stats));
-        let written = self
-            .shared
-            .tree
-            .apply_batch(batch)
-            .map_err(io_err)
-            .and_then(|()| self.durable());
-        if let Err(e) = written {
-            let e = self.shared.fail(e.to_string());
-            // Memory is left as it was before the batch: the staged state is dropped.
-            *stats = self.shared.state.read().stats.clone();
-            for answer in answers {
-                match answer {
-                    Pending::Command {
-                        ck, token, reply, ..
-                    } => {
-                        self.shared.release(&ck, token);
-                        reply(Err(e.clone()));
-                    }
-                    Pending::Quarantine { reply, .. } => reply(Err(e.clone())),
-                }
+        let failed = self.shared.failed.lock().clone();
+        let error = match failed {
+            Some(reason) => Some(LedgerError::Unavailable(reason)),
+            None => self
+                .shared
+                .tree
+                .apply_batch(batch)
+                .err()
+                .map(|e| self.shared.fail(e.to_string())),
+        };
+        if error.is_some() {
+            // The working state stays as it was before this batch.
+            *stats = self.stats.clone();
+        } else {
+            for (account, per) in &accounts {
+                self.balances.accounts.insert(account.clone(), per.clone());
             }
-            return;
+            self.stats = stats.clone();
         }
-        {
-            let mut state = self.shared.state.write();
-            for (account, per) in accounts {
-                state.balances.accounts.insert(account, per);
-            }
-            state.stats = stats.clone();
-        }
-        self.shared
-            .durable_seq
-            .store(stats.last_seq, Ordering::Release);
-        let now = Instant::now();
-        let size = u64::try_from(answers.len()).unwrap_or(u64::MAX);
-        {
-            let mut m = self.shared.metrics.lock();
-            m.batches += 1;
-            m.commands += size;
-            m.batch_size_max = m.batch_size_max.max(size);
-            m.last_batch_size = size;
-        }
-        for answer in answers {
-            match answer {
-                Pending::Command {
-                    ck,
-                    token,
-                    reply,
-                    answer,
-                    arrived,
-                } => {
-                    let us =
-                        u64::try_from(now.duration_since(arrived).as_micros()).unwrap_or(u64::MAX);
-                    {
-                        let mut m = self.shared.metrics.lock();
-                        let i = LATENCY_BUCKETS_US
-                            .iter()
-                            .position(|b| us <= *b)
-                            .unwrap_or(11);
-                        m.latency_buckets[i] += 1;
-                        m.latency_sum_us = m.latency_sum_us.saturating_add(us);
-                    }
-                    if matches!(answer, Submission::Replayed(_)) {
-                        self.shared.shard(&ck).lock().note(&ck, true);
-                    }
-                    self.shared.release(&ck, token);
-                    reply(Ok(answer));
-                }
-                Pending::Quarantine { reply, id } => reply(Ok(id)),
-            }
+        let applied = Applied {
+            answers,
+            accounts,
+            stats: stats.clone(),
+            error,
+        };
+        if let Err(crossbeam_channel::SendError(applied)) = to_syncer.send(applied) {
+            answer_all(&self.shared, applied.answers, &LedgerError::Closed);
         }
     }
 
-    /// sled's flush, then an fdatasync of its data file: sled syncs with
-    /// `sync_file_range`, which neither flushes the drive's cache nor the file's size.
-    fn durable(&self) -> Result<()> {
-        self.shared.db.flush().map_err(io_err)?;
-        if let Some(f) = &self.shared.data_file {
-            f.sync_data()
-                .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
-        }
-        Ok(())
-    }
-
-    fn sweep(&mut self, stats: &mut Stats) -> Result<usize> {
+    /// Stages the expiry of the stored responses of keys older than the retention.
+    fn sweep(&mut self, staged: &mut Staged, stats: &mut Stats) -> Result<usize> {
         if let Some(reason) = self.shared.failed.lock().clone() {
             return Err(LedgerError::Unavailable(reason));
         }
         let now = self.shared.config.clock.now();
         let horizon = now.saturating_sub_ms(duration_ms(self.shared.config.retention));
-        let mut batch = sled::Batch::default();
         let mut expired = 0usize;
         let mut cursor = stats.sweep_cursor;
-        let before = stats.clone();
-        for item in self
-            .shared
-            .tree
-            .range(fact_key(cursor + 1)..=fact_key(stats.last_seq))
-            .take(10_000)
-        {
+        let range = fact_key(cursor + 1)..=fact_key(stats.last_seq);
+        for item in self.shared.tree.range(range).take(10_000) {
             let (k, v) = item.map_err(io_err)?;
             let seq = seq_of(&k)
                 .ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
@@ -1626,31 +1659,118 @@ impl Committer {
             if let Some(bytes) = self.shared.tree.get(&kk).map_err(io_err)? {
                 let mut rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
                 if rec.response.take().is_some() {
-                    batch.insert(kk, rec.encode());
+                    staged.batch.insert(kk, rec.encode());
                     stats.expire_one();
                     expired += 1;
                 }
             }
             cursor = seq;
         }
-        if cursor == stats.sweep_cursor {
-            return Ok(0);
-        }
         stats.sweep_cursor = cursor;
-        stats.observed = self.shared.observed();
-        batch.insert(STATS_KEY, encode(&*stats));
-        let written = self
-            .shared
-            .tree
-            .apply_batch(batch)
-            .map_err(io_err)
-            .and_then(|()| self.durable());
-        if let Err(e) = written {
-            *stats = before;
-            return Err(self.shared.fail(e.to_string()));
-        }
-        self.shared.state.write().stats = stats.clone();
         Ok(expired)
+    }
+}
+
+/// The syncer's loop: one flush and one fdatasync for every batch applied since the last.
+fn sync_loop(shared: &Shared, rx: &Receiver<Applied>) {
+    while let Ok(first) = rx.recv() {
+        let mut group = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            group.push(more);
+        }
+        let failed = shared.failed.lock().clone();
+        let synced = match failed {
+            Some(reason) => Err(LedgerError::Unavailable(reason)),
+            None => durable(shared).map_err(|e| shared.fail(e.to_string())),
+        };
+        for mut applied in group {
+            let error = match (&synced, applied.error.take()) {
+                (_, Some(e)) => Some(e),
+                (Err(e), None) => Some(e.clone()),
+                (Ok(()), None) => None,
+            };
+            match error {
+                Some(e) => answer_all(shared, applied.answers, &e),
+                None => publish(shared, applied),
+            }
+        }
+    }
+}
+
+/// Makes a durable batch visible to readers, then answers it.
+fn publish(shared: &Shared, applied: Applied) {
+    {
+        let mut state = shared.state.write();
+        for (account, per) in applied.accounts {
+            state.balances.accounts.insert(account, per);
+        }
+        state.stats = applied.stats;
+        shared
+            .durable_seq
+            .store(state.stats.last_seq, Ordering::Release);
+    }
+    let now = Instant::now();
+    let commands = applied
+        .answers
+        .iter()
+        .filter(|a| matches!(a, Pending::Command { .. }))
+        .count();
+    if commands > 0 {
+        let size = u64::try_from(commands).unwrap_or(u64::MAX);
+        let mut m = shared.metrics.lock();
+        m.batches += 1;
+        m.commands += size;
+        m.batch_size_max = m.batch_size_max.max(size);
+        m.last_batch_size = size;
+    }
+    for answer in applied.answers {
+        match answer {
+            Pending::Command {
+                ck,
+                token,
+                reply,
+                answer,
+                arrived,
+            } => {
+                let us = u64::try_from(now.duration_since(arrived).as_micros()).unwrap_or(u64::MAX);
+                {
+                    let mut m = shared.metrics.lock();
+                    let i = LATENCY_BUCKETS_US
+                        .iter()
+                        .position(|b| us <= *b)
+                        .unwrap_or(LATENCY_BUCKETS_US.len() - 1);
+                    m.latency_buckets[i] += 1;
+                    m.latency_sum_us = m.latency_sum_us.saturating_add(us);
+                }
+                // Release before answering: a retry that follows the answer must find the
+                // key done, not pending.
+                shared.release(&ck, token);
+                reply(Ok(answer));
+            }
+            Pending::Quarantine { reply, id } => reply(Ok(id)),
+            Pending::Sweep { reply, expired } => reply(Ok(expired)),
+            Pending::Barrier(tx) => {
+                let _ = tx.send(());
+            }
+        }
+    }
+}
+
+fn answer_all(shared: &Shared, answers: Vec<Pending>, e: &LedgerError) {
+    for answer in answers {
+        match answer {
+            Pending::Command {
+                ck, token, reply, ..
+            } => {
+                shared.release(&ck, token);
+                reply(Err(e.clone()));
+            }
+            Pending::Quarantine { reply, .. } => reply(Err(e.clone())),
+            Pending::Sweep { reply, .. } => reply(Err(e.clone())),
+            Pending::Barrier(tx) => {
+                let _ = tx.send(());
+            }
+        }
     }
 }
 

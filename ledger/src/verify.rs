@@ -276,31 +276,32 @@ fn check_fact(
     withdrawals: &mut HashMap<(ClientId, Key), (u64, u64)>,
 ) -> Result<(), LedgerError> {
     let io = |e: sled::Error| LedgerError::Unavailable(e.to_string());
-    if let Some(bytes) = tree
+    let record = tree
         .get(scoped_key(P_KEY, &fact.client, fact.key.as_str()))
         .map_err(io)?
-    {
-        if let Ok(rec) = KeyRecord::decode(&bytes) {
-            if rec.fingerprint != fact.body.command().fingerprint() {
-                r.add(
-                    SAME_ANSWER,
-                    format!(
-                        "seq {}: the key's fingerprint is not its fact's command",
-                        fact.seq
-                    ),
-                );
-            }
-            if let Some(response) = &rec.response {
-                if *response != Outcome::from_fact(fact) {
-                    r.add(
-                        SAME_ANSWER,
-                        format!(
-                            "seq {}: the stored response differs from the fact",
-                            fact.seq
-                        ),
-                    );
-                }
-            }
+        .and_then(|bytes| KeyRecord::decode(&bytes).ok());
+    if let Some(rec) = record {
+        if rec.fingerprint != fact.body.command().fingerprint() {
+            r.add(
+                SAME_ANSWER,
+                format!(
+                    "seq {}: the key's fingerprint is not its fact's command",
+                    fact.seq
+                ),
+            );
+        }
+        if rec
+            .response
+            .as_ref()
+            .is_some_and(|response| *response != Outcome::from_fact(fact))
+        {
+            r.add(
+                SAME_ANSWER,
+                format!(
+                    "seq {}: the stored response differs from the fact",
+                    fact.seq
+                ),
+            );
         }
     }
     let mut after = None;

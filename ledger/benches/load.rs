@@ -1,0 +1,255 @@
+//! `cargo bench -p ledger --bench load`: durable throughput and latency percentiles with
+//! 1, 8 and 64 concurrent submitters, for new keys and for replays; then the cost of a
+//! ledger of many facts: bytes on disk per fact and the time to open it.
+//! IDEM_BENCH_SECS (default 3) sets each run's length, IDEM_BENCH_FACTS (1,000,000) the
+//! size of the large ledger.
+// A measuring tool: lossy casts of counts and durations to print them are fine here.
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ledger::*;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn withdraw(account: &Account) -> Command {
+    Command::Withdraw {
+        account: account.clone(),
+        amount: Amount::new(1).unwrap(),
+        currency: Currency::parse("RUB").unwrap(),
+    }
+}
+
+fn seed_accounts(ledger: &Ledger, n: usize) -> Vec<Account> {
+    let client = ClientId::default_client();
+    (0..n)
+        .map(|i| {
+            let a = Account::parse(&format!("acct{i}")).unwrap();
+            ledger
+                .submit(
+                    &client,
+                    &Key::parse(&format!("seed-{i}")).unwrap(),
+                    Command::Deposit {
+                        account: a.clone(),
+                        amount: Amount::new(1_000_000_000_000_000).unwrap(),
+                        currency: Currency::parse("RUB").unwrap(),
+                    },
+                )
+                .unwrap();
+            a
+        })
+        .collect()
+}
+
+struct Run {
+    ops: u64,
+    secs: f64,
+    p50_us: u64,
+    p99_us: u64,
+    max_us: u64,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn run(ledger: &Ledger, accounts: &[Account], submitters: usize, replay: bool, secs: u64) -> Run {
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let handles: Vec<_> = (0..submitters)
+        .map(|t| {
+            let (ledger, stop, next, accounts) = (
+                ledger.clone(),
+                stop.clone(),
+                next.clone(),
+                accounts.to_vec(),
+            );
+            std::thread::spawn(move || {
+                let client = ClientId::default_client();
+                let mut lat = Vec::with_capacity(1 << 16);
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let (key, account) = if replay {
+                        // Replays of keys that are done: the prepared ones below.
+                        let n = (i * 7919 + t as u64) % 10_000;
+                        (
+                            format!("replay-{n}"),
+                            &accounts[(n as usize) % accounts.len()],
+                        )
+                    } else {
+                        let n = next.fetch_add(1, Ordering::Relaxed);
+                        (format!("new-{n}"), &accounts[(n as usize) % accounts.len()])
+                    };
+                    let key = Key::parse(&key).unwrap();
+                    let t0 = Instant::now();
+                    let s = ledger.submit(&client, &key, withdraw(account)).unwrap();
+                    lat.push(t0.elapsed().as_micros() as u64);
+                    assert!(s.outcome().is_some_and(Outcome::is_applied), "{s:?}");
+                    i += 1;
+                }
+                lat
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let mut all: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let secs = started.elapsed().as_secs_f64();
+    all.sort_unstable();
+    Run {
+        ops: all.len() as u64,
+        secs,
+        p50_us: percentile(&all, 0.50),
+        p99_us: percentile(&all, 0.99),
+        max_us: all.last().copied().unwrap_or(0),
+    }
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` does not: then do a tiny run.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let secs = if quick { 1 } else { env("IDEM_BENCH_SECS", 3) };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path().join("l"));
+    config.fsync = env("IDEM_BENCH_FSYNC", 1) == 1;
+    let (ledger, _) = Ledger::open(config).unwrap();
+    let accounts = seed_accounts(&ledger, 100);
+    let client = ClientId::default_client();
+    for n in 0..10_000u64 {
+        let key = Key::parse(&format!("replay-{n}")).unwrap();
+        ledger
+            .submit(
+                &client,
+                &key,
+                withdraw(&accounts[(n as usize) % accounts.len()]),
+            )
+            .unwrap();
+    }
+    println!(
+        "durable commands (flushed{} before the answer), {secs} s per row",
+        if env("IDEM_BENCH_FSYNC", 1) == 1 {
+            " and fdatasynced"
+        } else {
+            ", no fdatasync"
+        }
+    );
+    println!("| kind | submitters | commands/s | p50 µs | p99 µs | max µs |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for replay in [false, true] {
+        for submitters in [1usize, 8, 64] {
+            let r = run(&ledger, &accounts, submitters, replay, secs);
+            println!(
+                "| {} | {submitters} | {:.0} | {} | {} | {} |",
+                if replay { "replay" } else { "new key" },
+                r.ops as f64 / r.secs,
+                r.p50_us,
+                r.p99_us,
+                r.max_us
+            );
+        }
+    }
+    let m = ledger.commit_metrics();
+    println!(
+        "batches {}, commands {}, mean batch {:.1}, largest batch {}",
+        m.batches,
+        m.commands,
+        m.commands as f64 / m.batches.max(1) as f64,
+        m.batch_size_max
+    );
+    ledger.shutdown();
+    drop(ledger);
+
+    // A large ledger: bytes per fact and time to open.
+    let facts = if quick {
+        20_000
+    } else {
+        env("IDEM_BENCH_FACTS", 1_000_000)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big");
+    let (ledger, _) = Ledger::open(Config::new(&path)).unwrap();
+    let accounts = seed_accounts(&ledger, 1000);
+    let fill = Instant::now();
+    let next = Arc::new(AtomicU64::new(0));
+    let target = facts.saturating_sub(accounts.len() as u64);
+    let handles: Vec<_> = (0..64)
+        .map(|_| {
+            let (ledger, next, accounts) = (ledger.clone(), next.clone(), accounts.clone());
+            std::thread::spawn(move || {
+                let client = ClientId::default_client();
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= target {
+                        break;
+                    }
+                    let key = Key::parse(&format!("ord-{n:08}")).unwrap();
+                    ledger
+                        .submit(
+                            &client,
+                            &key,
+                            withdraw(&accounts[(n as usize) % accounts.len()]),
+                        )
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let fill_secs = fill.elapsed().as_secs_f64();
+    let n = ledger.stats().last_seq;
+    ledger.shutdown();
+    drop(ledger);
+    let bytes = dir_size(&path);
+    println!(
+        "filled {n} facts in {fill_secs:.1} s ({:.0}/s); on disk {:.1} MiB = {:.0} bytes per fact",
+        n as f64 / fill_secs,
+        bytes as f64 / 1048576.0,
+        bytes as f64 / n as f64
+    );
+    let mut opens = Vec::new();
+    for _ in 0..3 {
+        let t = Instant::now();
+        let (l, report) = Ledger::open(Config::new(&path)).unwrap();
+        opens.push(t.elapsed().as_millis());
+        assert_eq!(report.facts, n);
+        drop(l);
+    }
+    opens.sort_unstable();
+    println!("open {n} facts: median {} ms (runs {:?})", opens[1], opens);
+}
+
+fn dir_size(path: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(path).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        total += if meta.is_dir() {
+            dir_size(&entry.path())
+        } else {
+            meta.len()
+        };
+    }
+    total
+}
