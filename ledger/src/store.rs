@@ -377,8 +377,8 @@ pub const LATENCY_BUCKETS_US: [u64; 12] = [
     u64::MAX,
 ];
 
-/// Counts for the commit path: how long a batch took from its first command's arrival
-/// to its durable flush, and how many commands it held.
+/// Counts for the commit path: how long each command took from submission to its durable
+/// answer, and how many commands each sync (one flush, one fdatasync) made durable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommitMetrics {
     pub latency_buckets: [u64; 12],
@@ -1683,6 +1683,20 @@ fn sync_loop(shared: &Shared, rx: &Receiver<Applied>) {
             Some(reason) => Err(LedgerError::Unavailable(reason)),
             None => durable(shared).map_err(|e| shared.fail(e.to_string())),
         };
+        // A "batch" in the metrics is what one sync made durable.
+        let commands = group
+            .iter()
+            .flat_map(|a| &a.answers)
+            .filter(|a| matches!(a, Pending::Command { .. }))
+            .count();
+        if commands > 0 && synced.is_ok() {
+            let size = u64::try_from(commands).unwrap_or(u64::MAX);
+            let mut m = shared.metrics.lock();
+            m.batches += 1;
+            m.commands += size;
+            m.batch_size_max = m.batch_size_max.max(size);
+            m.last_batch_size = size;
+        }
         for mut applied in group {
             let error = match (&synced, applied.error.take()) {
                 (_, Some(e)) => Some(e),
@@ -1710,19 +1724,6 @@ fn publish(shared: &Shared, applied: Applied) {
             .store(state.stats.last_seq, Ordering::Release);
     }
     let now = Instant::now();
-    let commands = applied
-        .answers
-        .iter()
-        .filter(|a| matches!(a, Pending::Command { .. }))
-        .count();
-    if commands > 0 {
-        let size = u64::try_from(commands).unwrap_or(u64::MAX);
-        let mut m = shared.metrics.lock();
-        m.batches += 1;
-        m.commands += size;
-        m.batch_size_max = m.batch_size_max.max(size);
-        m.last_batch_size = size;
-    }
     for answer in applied.answers {
         match answer {
             Pending::Command {
