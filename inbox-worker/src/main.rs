@@ -1,1 +1,489 @@
-fn main(){}
+//! The `inbox-worker` binary: parses the command line, runs the library, and chooses the
+//! exit code. Everything else lives in the library.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use inbox_worker::client::{self, SubmitOptions};
+use inbox_worker::server::{ApiOptions, ServeConfig};
+use inbox_worker::wire::parse_duration;
+use inbox_worker::{demo, inbox};
+use ledger::{Account, Amount, ClientId, Command, Currency, Key, Ledger, LedgerError};
+
+#[derive(Parser)]
+#[command(
+    name = "inbox-worker",
+    version,
+    about = "Idem: an exactly-once money ledger. Start with `inbox-worker demo`.",
+    long_about = "Idem records deposits, withdrawals and refunds exactly once per \
+        idempotency key, however often a command is retried or redelivered.\n\n\
+        Start with `inbox-worker demo` (needs nothing else), then `serve` a ledger and \
+        `submit` commands to it."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the worker: the HTTP API, the operator feed and the key sweeper.
+    #[command(
+        long_about = "Run the worker on a ledger folder: the HTTP API (POST /v1/deposits, \
+        /v1/withdrawals, /v1/refunds with an Idempotency-Key header), the operator feed, \
+        /metrics and /healthz, and a sweeper that expires stored responses past the \
+        retention.\n\nSIGTERM or Ctrl-C stops taking requests, finishes what is in \
+        flight, flushes, and exits 0.\n\nExample:\n  inbox-worker serve --db ./idem-data"
+    )]
+    Serve(ServeArgs),
+    /// Send one command to a running worker, retrying safely with the same key.
+    #[command(
+        long_about = "Send one command to a running worker. The key is yours: reuse it \
+        for every retry of the same intent (the natural business id, e.g. ord-8831). \
+        Transport failures, 5xx and 409 are retried with back-off and the same key.\n\n\
+        Exit codes: 0 applied or replayed, 3 business rejection, 4 still in flight after \
+        the retries, 5 key reused with another command, 2 invalid input, 1 anything \
+        else.\n\nExample:\n  inbox-worker submit withdraw --key ord-8831 --account alice \
+        --amount 300 --currency RUB"
+    )]
+    Submit {
+        #[command(subcommand)]
+        command: SubmitCmd,
+    },
+    /// Feed a JSON-lines file of messages through the inbox of a ledger folder.
+    #[command(long_about = CONSUME_HELP)]
+    Consume(ConsumeArgs),
+    /// Rebuild every projection from the log and check the guarantees; exit 1 on any violation.
+    Verify {
+        /// The ledger folder (stop the worker first: the folder is locked while it runs).
+        #[arg(long)]
+        db: PathBuf,
+    },
+    /// Tell the whole story in one command: a fresh ledger, the seed scenario, a storm of
+    /// duplicate deliveries, and a verify. Needs nothing installed or running.
+    Demo {
+        /// Keep the demo's ledger in this folder instead of a temporary one.
+        #[arg(long)]
+        db: Option<PathBuf>,
+    },
+}
+
+const CONSUME_HELP: &str = "Feed JSON-lines messages through the inbox, as a broker \
+    consumer would. One message per line:\n\n  \
+    {\"message_id\":\"m-1\",\"key\":\"ord-1\",\"command\":{\"type\":\"withdraw\",\
+    \"account\":\"alice\",\"amount\":300,\"currency\":\"RUB\"}}\n\n\
+    `type` is deposit, withdraw (account, amount, currency) or refund (withdrawal, \
+    amount); an optional \"client\" names the client (default: --client). A redelivered \
+    message_id or a repeated key has no second effect. Undecodable lines, a message_id \
+    seen with another payload, and a key reused for another command are quarantined with \
+    the reason. Exit codes: 0 all handled, 3 all handled but some quarantined, 1 stopped \
+    on an error (rerunning the same input is safe).\n\nExample:\n  \
+    inbox-worker consume --db ./idem-data --from messages.jsonl";
+
+#[derive(Args)]
+struct ServeArgs {
+    /// The ledger folder; created if missing.
+    #[arg(long)]
+    db: PathBuf,
+    /// Address to listen on. Without tokens only loopback addresses are allowed.
+    #[arg(long, default_value = "127.0.0.1:7420")]
+    listen: SocketAddr,
+    /// A client and its bearer secret, NAME=SECRET; repeatable. Keys are scoped by client.
+    #[arg(long = "token", value_name = "NAME=SECRET")]
+    tokens: Vec<String>,
+    /// A file of NAME=SECRET lines ('#' starts a comment); keeps secrets out of `ps`.
+    #[arg(long, value_name = "FILE")]
+    tokens_file: Option<PathBuf>,
+    /// The operator's bearer secret for /v1/live/* when client tokens are configured.
+    #[arg(
+        long,
+        env = "IDEM_ADMIN_TOKEN",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    admin_token: Option<String>,
+    /// How long a done key keeps its stored response (the fact stays forever).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    retention: Duration,
+    /// How long an attempt's claim on a key holds before another may take it over.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    lease: Duration,
+    /// The ledger's page cache, in MiB.
+    #[arg(long, default_value_t = 64)]
+    cache_mb: u64,
+    /// How long a repeat waits for its in-flight twin before answering 409.
+    #[arg(long, default_value = "20ms", value_parser = parse_duration)]
+    in_flight_wait: Duration,
+    /// How often the sweeper runs (default: the smaller of 5s and half the retention).
+    #[arg(long, value_parser = parse_duration)]
+    sweep_every: Option<Duration>,
+    /// How often verify runs for the operator snapshot (it also runs at start). Verify
+    /// reads the whole log between two batches, holding commits meanwhile (about a second
+    /// per million facts), hence the long default.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    verify_every: Duration,
+    /// Connections beyond this wait to be accepted.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+}
+
+#[derive(Args)]
+struct Common {
+    /// The idempotency key: the same for every retry of this one intent.
+    #[arg(long)]
+    key: String,
+    /// The worker's address.
+    #[arg(long, default_value = "http://127.0.0.1:7420", env = "IDEM_SERVER")]
+    server: String,
+    /// Your client's bearer secret (when the worker has tokens).
+    #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Retries after the first attempt, for transport failures, 5xx and 409.
+    #[arg(long, default_value_t = 5)]
+    retries: u32,
+    /// Print the server's JSON body instead of the receipt.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum SubmitCmd {
+    /// Put money into an account (its first deposit fixes its currency).
+    Deposit {
+        #[command(flatten)]
+        common: Common,
+        /// The account: letters, digits, '_', '-', '.', ':' (not starting with '@').
+        #[arg(long)]
+        account: String,
+        /// Minor units (cents, kopecks): a whole number from 1 to 10^15.
+        #[arg(long)]
+        amount: u64,
+        /// ISO 4217 code, e.g. RUB.
+        #[arg(long)]
+        currency: String,
+    },
+    /// Take money out of an account; never below zero.
+    Withdraw {
+        #[command(flatten)]
+        common: Common,
+        /// The account to take the money from.
+        #[arg(long)]
+        account: String,
+        /// Minor units: a whole number from 1 to 10^15.
+        #[arg(long)]
+        amount: u64,
+        /// ISO 4217 code; must be the account's currency.
+        #[arg(long)]
+        currency: String,
+    },
+    /// Give back (part of) a withdrawal, named by its key.
+    Refund {
+        #[command(flatten)]
+        common: Common,
+        /// The withdrawal's idempotency key.
+        #[arg(long)]
+        withdrawal: String,
+        /// Minor units; all refunds of a withdrawal add up to at most its amount.
+        #[arg(long)]
+        amount: u64,
+    },
+}
+
+#[derive(Args)]
+struct ConsumeArgs {
+    /// The ledger folder (not while a worker serves it: the folder is locked).
+    #[arg(long)]
+    db: PathBuf,
+    /// The JSON-lines file, or - for standard input.
+    #[arg(long, value_name = "FILE|-")]
+    from: String,
+    /// The client of messages that name none.
+    #[arg(long, default_value = "default")]
+    client: String,
+    /// How long a done key keeps its stored response.
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    retention: Duration,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Cmd::Serve(args) => serve(args).map(|()| 0),
+        Cmd::Submit { command } => submit(command),
+        Cmd::Consume(args) => consume(args),
+        Cmd::Verify { db } => verify(&db),
+        Cmd::Demo { db } => {
+            demo::run(db.as_deref(), &mut std::io::stdout()).map(|ok| u8::from(!ok))
+        }
+    };
+    match code {
+        Ok(c) => ExitCode::from(c),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse_tokens(args: &ServeArgs) -> anyhow::Result<Vec<(ClientId, String)>> {
+    let mut lines: Vec<(String, String)> = args
+        .tokens
+        .iter()
+        .map(|t| ("--token".to_owned(), t.clone()))
+        .collect();
+    if let Some(file) = &args.tokens_file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading the tokens file {}", file.display()))?;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if !line.is_empty() && !line.starts_with('#') {
+                lines.push((format!("tokens file line {}", i + 1), line.to_owned()));
+            }
+        }
+    }
+    let mut out: Vec<(ClientId, String)> = Vec::new();
+    for (origin, line) in lines {
+        let (name, secret) = line
+            .split_once('=')
+            .with_context(|| format!("{origin}: expected NAME=SECRET"))?;
+        let client = ClientId::parse(name.trim()).with_context(|| origin.clone())?;
+        let secret = secret.trim().to_owned();
+        if secret.is_empty() {
+            anyhow::bail!("{origin}: the secret is empty");
+        }
+        if out.iter().any(|(_, s)| *s == secret) {
+            anyhow::bail!("{origin}: two clients share one secret");
+        }
+        out.push((client, secret));
+    }
+    Ok(out)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let tokens = parse_tokens(&args)?;
+    let sweep_every = args.sweep_every.unwrap_or_else(|| {
+        (args.retention / 2).clamp(Duration::from_millis(100), Duration::from_secs(5))
+    });
+    let config = ServeConfig {
+        db: args.db,
+        listen: args.listen,
+        retention: args.retention,
+        lease: args.lease,
+        cache_bytes: args.cache_mb.saturating_mul(1024 * 1024),
+        api: ApiOptions {
+            tokens,
+            admin_token: args.admin_token.filter(|t| !t.is_empty()),
+            in_flight_wait: args.in_flight_wait,
+            sweep_every,
+            verify_every: args.verify_every,
+            max_connections: args.max_connections,
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let signal = shutdown_signal()?;
+        inbox_worker::run_server(config, signal).await
+    })
+}
+
+/// Installs the handlers now, before the worker announces itself, so that a SIGTERM
+/// arriving right after `listening on` is a graceful stop and not the default kill;
+/// the future resolves on SIGTERM or Ctrl-C.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+        let mut interrupt =
+            signal(SignalKind::interrupt()).context("installing the Ctrl-C handler")?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = interrupt.recv() => {},
+            }
+            eprintln!("stopping: no new requests; finishing those in flight");
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            eprintln!("stopping: no new requests; finishing those in flight");
+        })
+    }
+}
+
+fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
+    // Parse, then validate: refuse locally what the server would refuse, with exit 2.
+    let built = match cmd {
+        SubmitCmd::Deposit {
+            common,
+            account,
+            amount,
+            currency,
+        } => movement(&account, amount, &currency).map(|(account, amount, currency)| {
+            let command = Command::Deposit {
+                account,
+                amount,
+                currency,
+            };
+            (common, command)
+        }),
+        SubmitCmd::Withdraw {
+            common,
+            account,
+            amount,
+            currency,
+        } => movement(&account, amount, &currency).map(|(account, amount, currency)| {
+            let command = Command::Withdraw {
+                account,
+                amount,
+                currency,
+            };
+            (common, command)
+        }),
+        SubmitCmd::Refund {
+            common,
+            withdrawal,
+            amount,
+        } => Key::parse(&withdrawal)
+            .map_err(|e| format!("--withdrawal: {e}"))
+            .and_then(|withdrawal| {
+                let amount = Amount::new(amount).map_err(|e| format!("--amount: {e}"))?;
+                Ok((common, Command::Refund { withdrawal, amount }))
+            }),
+    };
+    let (common, command) = match built {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("invalid {e}");
+            return Ok(2);
+        }
+    };
+    let key = match Key::parse(&common.key) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("invalid --key: {e}");
+            return Ok(2);
+        }
+    };
+    let options = SubmitOptions {
+        server: common.server,
+        token: common.token,
+        retries: common.retries,
+        ..SubmitOptions::default()
+    };
+    let submitted = client::submit(&options, &key, &command, &mut |line| eprintln!("{line}"));
+    match (&submitted.answer, common.json) {
+        (Some(answer), true) => println!("{}", answer.body),
+        _ => {
+            let text = client::render(&submitted);
+            if submitted.verdict.exit_code() == 0 {
+                println!("{text}");
+            } else {
+                eprintln!("{text}");
+            }
+        }
+    }
+    Ok(submitted.verdict.exit_code())
+}
+
+fn movement(
+    account: &str,
+    amount: u64,
+    currency: &str,
+) -> Result<(Account, Amount, Currency), String> {
+    Ok((
+        Account::parse(account).map_err(|e| format!("--account: {e}"))?,
+        Amount::new(amount).map_err(|e| format!("--amount: {e}"))?,
+        Currency::parse(currency).map_err(|e| format!("--currency: {e}"))?,
+    ))
+}
+
+fn consume(args: ConsumeArgs) -> anyhow::Result<u8> {
+    let client = match ClientId::parse(&args.client) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("invalid --client: {e}");
+            return Ok(2);
+        }
+    };
+    let (mut input, length): (Box<dyn std::io::BufRead>, Option<u64>) = if args.from == "-" {
+        (Box::new(std::io::stdin().lock()), None)
+    } else {
+        let file =
+            std::fs::File::open(&args.from).with_context(|| format!("opening {}", args.from))?;
+        let length = file.metadata().ok().map(|m| m.len());
+        (Box::new(std::io::BufReader::new(file)), length)
+    };
+    let ledger = open(&args.db, |c| c.retention(args.retention))?;
+    let progress = if std::io::stderr().is_terminal() {
+        let bar = match length {
+            Some(n) => indicatif::ProgressBar::new(n).with_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            ),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let result = inbox::consume(&ledger, &mut input, &client, &progress);
+    progress.finish_and_clear();
+    ledger.shutdown();
+    match result {
+        Ok(summary) => {
+            print!("{summary}");
+            Ok(if summary.quarantined.is_empty() { 0 } else { 3 })
+        }
+        Err(stopped) => {
+            print!("{}", stopped.summary);
+            eprintln!("error: {stopped}");
+            Ok(1)
+        }
+    }
+}
+
+fn open(
+    db: &Path,
+    adjust: impl FnOnce(ledger::Config) -> ledger::Config,
+) -> anyhow::Result<Ledger> {
+    let config = adjust(ledger::Config::new(db));
+    match Ledger::open(config) {
+        Ok((ledger, report)) => {
+            eprintln!("ledger {}: {report}", db.display());
+            Ok(ledger)
+        }
+        Err(LedgerError::Locked { .. }) => anyhow::bail!(
+            "the ledger at {} is in use by another process (a running `serve`?). \
+             Stop it first, or send commands to it over HTTP",
+            db.display()
+        ),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn verify(db: &Path) -> anyhow::Result<u8> {
+    if !db.exists() {
+        anyhow::bail!("there is no ledger at {}", db.display());
+    }
+    let ledger = open(db, |c| c)?;
+    let report = ledger.verify();
+    ledger.shutdown();
+    let report = report?;
+    println!("{report}");
+    let _ = std::io::stdout().flush();
+    Ok(if report.ok() { 0 } else { 1 })
+}

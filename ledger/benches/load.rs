@@ -125,6 +125,75 @@ fn run(ledger: &Ledger, accounts: &[Account], submitters: usize, replay: bool, s
     }
 }
 
+/// The same load from `submitters` concurrent requests driven by one thread through
+/// `submit_with` callbacks: how an async caller (the worker's HTTP handlers) uses the
+/// ledger, without one OS thread parked per request.
+fn run_async(
+    ledger: &Ledger,
+    accounts: &[Account],
+    submitters: usize,
+    replay: bool,
+    secs: u64,
+) -> Run {
+    let (done_tx, done_rx) = crossbeam_channel::unbounded::<(Instant, bool)>();
+    let client = ClientId::default_client();
+    let mut next = 0u64;
+    let submit_one = |next: &mut u64| {
+        let n = *next;
+        *next += 1;
+        let (key, account) = if replay {
+            let r = (n * 7919) % 10_000;
+            (
+                format!("replay-{r}"),
+                &accounts[(r as usize) % accounts.len()],
+            )
+        } else {
+            (
+                format!("anew-{n}"),
+                &accounts[(n as usize) % accounts.len()],
+            )
+        };
+        let tx = done_tx.clone();
+        let t0 = Instant::now();
+        ledger.submit_with(
+            &client,
+            &Key::parse(&key).unwrap(),
+            withdraw(account),
+            None,
+            Box::new(move |r| {
+                let ok = matches!(&r, Ok(s) if s.outcome().is_some_and(Outcome::is_applied));
+                let _ = tx.send((t0, ok));
+            }),
+        );
+    };
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(secs);
+    for _ in 0..submitters {
+        submit_one(&mut next);
+    }
+    let mut lat = Vec::with_capacity(1 << 20);
+    let mut outstanding = submitters;
+    while outstanding > 0 {
+        let (t0, ok) = done_rx.recv().unwrap();
+        assert!(ok, "a command was not applied");
+        lat.push(t0.elapsed().as_micros() as u64);
+        outstanding -= 1;
+        if Instant::now() < deadline {
+            submit_one(&mut next);
+            outstanding += 1;
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    lat.sort_unstable();
+    Run {
+        ops: lat.len() as u64,
+        secs,
+        p50_us: percentile(&lat, 0.50),
+        p99_us: percentile(&lat, 0.99),
+        max_us: lat.last().copied().unwrap_or(0),
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` does not: then do a tiny run.
     let quick = !std::env::args().any(|a| a == "--bench");
@@ -153,13 +222,32 @@ fn main() {
             ", no fdatasync"
         }
     );
-    println!("| kind | submitters | commands/s | p50 µs | p99 µs | max µs |");
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("| kind | submitters are | submitters | commands/s | p50 µs | p99 µs | max µs |");
+    println!("|---|---|---:|---:|---:|---:|---:|");
+    // IDEM_BENCH_ONLY=new:async:64 runs one row (for profiling).
+    let only = std::env::var("IDEM_BENCH_ONLY").ok();
     for replay in [false, true] {
-        for submitters in [1usize, 8, 64] {
-            let r = run(&ledger, &accounts, submitters, replay, secs);
+        for (mode, submitters) in [
+            ("threads", 1usize),
+            ("threads", 8),
+            ("threads", 64),
+            ("async", 8),
+            ("async", 64),
+        ] {
+            let name = format!(
+                "{}:{mode}:{submitters}",
+                if replay { "replay" } else { "new" }
+            );
+            if only.as_ref().is_some_and(|o| *o != name) {
+                continue;
+            }
+            let r = if mode == "async" {
+                run_async(&ledger, &accounts, submitters, replay, secs)
+            } else {
+                run(&ledger, &accounts, submitters, replay, secs)
+            };
             println!(
-                "| {} | {submitters} | {:.0} | {} | {} | {} |",
+                "| {} | {mode} | {submitters} | {:.0} | {} | {} | {} |",
                 if replay { "replay" } else { "new key" },
                 r.ops as f64 / r.secs,
                 r.p50_us,

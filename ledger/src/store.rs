@@ -237,14 +237,18 @@ fn account_key(account: &Account, currency: Currency) -> Vec<u8> {
     k
 }
 
-/// What a key holds once done. The response is dropped by the sweep (expired); the
-/// fingerprint stays, so a reuse of an expired key is still refused.
+/// What a key holds once done: where its fact is, and what command it answered.
+///
+/// The stored answer is the fact itself: `Outcome::from_fact` renders it the same way every
+/// time, so a replay is byte-identical without a second copy of the answer (which would
+/// cost a third of the bytes per fact and could disagree with the fact). The sweep marks
+/// the key expired; the fingerprint stays, so a reuse of an expired key is still refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct KeyRecord {
     pub seq: u64,
     pub at: Timestamp,
     pub fingerprint: Fingerprint,
-    pub response: Option<Outcome>,
+    pub expired: bool,
 }
 
 impl KeyRecord {
@@ -964,7 +968,7 @@ impl Ledger {
             };
             if let Some(want) = status {
                 let rec = KeyRecord::decode(&v).map_err(|e| self.shared.corrupt(e))?;
-                let is = if rec.response.is_some() {
+                let is = if !rec.expired {
                     KeyStatus::Done
                 } else {
                     KeyStatus::Expired
@@ -1086,11 +1090,8 @@ impl Shared {
         }
     }
 
-    /// The stored response, or for an expired key the outcome rebuilt from its fact.
+    /// The key's answer, rendered from its fact.
     fn stored_outcome(&self, rec: &KeyRecord) -> Result<Outcome> {
-        if let Some(o) = &rec.response {
-            return Ok(o.clone());
-        }
         let fact = self.fact(rec.seq)?.ok_or_else(|| {
             self.corrupt(DecodeError::new(
                 "key record",
@@ -1119,7 +1120,7 @@ impl Shared {
         Ok(KeyInfo {
             client: client.clone(),
             key: key.clone(),
-            status: if rec.response.is_some() {
+            status: if !rec.expired {
                 KeyStatus::Done
             } else {
                 KeyStatus::Expired
@@ -1462,7 +1463,7 @@ impl Committer {
             seq,
             at,
             fingerprint,
-            response: Some(outcome.clone()),
+            expired: false,
         };
         staged
             .batch
@@ -1635,7 +1636,7 @@ impl Committer {
         }
     }
 
-    /// Stages the expiry of the stored responses of keys older than the retention.
+    /// Stages the expiry of keys whose answers are older than the retention.
     fn sweep(&mut self, staged: &mut Staged, stats: &mut Stats) -> Result<usize> {
         if let Some(reason) = self.shared.failed.lock().clone() {
             return Err(LedgerError::Unavailable(reason));
@@ -1658,7 +1659,8 @@ impl Committer {
             let kk = scoped_key(P_KEY, &fact.client, fact.key.as_str());
             if let Some(bytes) = self.shared.tree.get(&kk).map_err(io_err)? {
                 let mut rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
-                if rec.response.take().is_some() {
+                if !rec.expired {
+                    rec.expired = true;
                     staged.batch.insert(kk, rec.encode());
                     stats.expire_one();
                     expired += 1;

@@ -1,0 +1,427 @@
+//! The operator feed of docs/FEED.md: snapshot, paged key lists and an SSE stream, plus
+//! the background tasks that keep them fresh (sweeper, periodic verify, throughput
+//! sampler, fact follower). The feed only reads: it never moves money.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use ledger::fact::json;
+use ledger::{ClientId, Command, Key, KeyInfo, KeyStatus, Ledger, Timestamp};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+use crate::metrics::commit_summary;
+use crate::server::{Params, Problem, Shared, json_ok, number_param, params, to_usize};
+
+/// One event of `/v1/live/stream`: `fact`, `key` or `conflict`, with its JSON.
+#[derive(Debug, Clone)]
+pub struct FeedEvent {
+    pub name: &'static str,
+    pub data: String,
+}
+
+fn now_rfc3339() -> String {
+    Timestamp(chrono::Utc::now().timestamp_millis()).to_rfc3339()
+}
+
+/// Records a conflict for the snapshot and the stream.
+pub(crate) fn conflict(
+    app: &Shared,
+    client: &ClientId,
+    key: &Key,
+    kind: &'static str,
+    command: &Command,
+    differs: &[&'static str],
+) {
+    let entry = json!({
+        "at": now_rfc3339(),
+        "client": client.as_str(),
+        "key": key.as_str(),
+        "kind": kind,
+        "command": command.name(),
+        "differs": differs,
+    });
+    let _ = app.events.send(FeedEvent {
+        name: "conflict",
+        data: entry.to_string(),
+    });
+    app.metrics.conflict(entry);
+}
+
+/// A key as the API and the feed show it.
+pub fn key_json(info: &KeyInfo, now: Timestamp) -> Value {
+    let mut map = serde_json::Map::new();
+    json::command_fields(&info.command, &mut map);
+    map.insert("client".into(), json!(info.client.as_str()));
+    map.insert("key".into(), json!(info.key.as_str()));
+    map.insert("status".into(), json!(info.status.as_str()));
+    map.insert("since".into(), json!(info.since.to_rfc3339()));
+    map.insert(
+        "age_ms".into(),
+        json!(now.millis().saturating_sub(info.since.millis()).max(0)),
+    );
+    map.insert("lease_expired".into(), json!(info.lease_expired));
+    map.insert("replays".into(), json!(info.replays));
+    map.insert("conflicts".into(), json!(info.conflicts));
+    map.insert(
+        "outcome".into(),
+        info.outcome.as_ref().map_or(Value::Null, json::outcome),
+    );
+    Value::Object(map)
+}
+
+// ---- background tasks ---------------------------------------------------------------------
+
+/// Starts the tasks; each ends when the server stops.
+pub(crate) fn spawn_background(app: Shared) -> Vec<JoinHandle<()>> {
+    vec![
+        tokio::spawn(sweeper(app.clone())),
+        tokio::spawn(verifier(app.clone())),
+        tokio::spawn(sampler(app.clone())),
+        tokio::spawn(follower(app)),
+    ]
+}
+
+/// Sleeps for `d`; false once the server is stopping.
+async fn tick(app: &Shared, d: Duration) -> bool {
+    let mut stop = app.stop.clone();
+    if *stop.borrow() {
+        return false;
+    }
+    tokio::select! {
+        () = tokio::time::sleep(d) => !*stop.borrow(),
+        _ = stop.changed() => false,
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    ledger: &Ledger,
+    f: impl FnOnce(&Ledger) -> T + Send + 'static,
+) -> Option<T> {
+    let ledger = ledger.clone();
+    tokio::task::spawn_blocking(move || f(&ledger)).await.ok()
+}
+
+async fn sweeper(app: Shared) {
+    let mut every = app.options.sweep_every;
+    while tick(&app, every).await {
+        match blocking(&app.ledger, Ledger::sweep).await {
+            Some(Ok(expired)) => {
+                // The sweep takes a bounded number of facts per call: go on at once
+                // while there is more to do.
+                every = if expired > 0 {
+                    Duration::from_millis(10)
+                } else {
+                    app.options.sweep_every
+                };
+            }
+            Some(Err(e)) => eprintln!("sweep failed: {e}"),
+            None => {}
+        }
+    }
+}
+
+async fn verifier(app: Shared) {
+    let mut first = true;
+    loop {
+        if !first && !tick(&app, app.options.verify_every).await {
+            return;
+        }
+        first = false;
+        let at = now_rfc3339();
+        let entry = match blocking(&app.ledger, Ledger::verify).await {
+            Some(Ok(report)) => {
+                if !report.ok() {
+                    eprintln!("verify found violations:\n{report}");
+                }
+                let summary = report.to_string();
+                json!({"at": at, "ok": report.ok(), "summary": summary.lines().next().unwrap_or("")})
+            }
+            Some(Err(e)) => {
+                json!({"at": at, "ok": false, "summary": format!("verify could not run: {e}")})
+            }
+            None => continue,
+        };
+        *app.metrics.verify.lock() = Some(entry);
+    }
+}
+
+async fn sampler(app: Shared) {
+    let counts = |app: &Shared| {
+        let s = app.ledger.stats();
+        (
+            s.applied_total() + s.rejected_total(),
+            s.observed.replayed,
+            s.observed.conflicts_in_flight + s.observed.conflicts_reused,
+        )
+    };
+    let mut last = counts(&app);
+    while tick(&app, Duration::from_secs(1)).await {
+        let now = counts(&app);
+        app.metrics.push_throughput(json!({
+            "t": chrono::Utc::now().timestamp(),
+            "applied": now.0.saturating_sub(last.0),
+            "replayed": now.1.saturating_sub(last.1),
+            "conflicts": now.2.saturating_sub(last.2),
+        }));
+        last = now;
+    }
+}
+
+/// Follows the log and publishes each new fact (and its key becoming done) to the stream.
+async fn follower(app: Shared) {
+    let mut after = app.ledger.durable_seq();
+    while tick(&app, Duration::from_millis(50)).await {
+        if app.events.receiver_count() == 0 {
+            after = app.ledger.durable_seq();
+            continue;
+        }
+        while let Ok(facts) = app.ledger.facts(after, 1000) {
+            let Some(last) = facts.last() else { break };
+            after = last.seq;
+            for fact in &facts {
+                let _ = app.events.send(FeedEvent {
+                    name: "fact",
+                    data: json::fact(fact).to_string(),
+                });
+                let _ = app.events.send(FeedEvent {
+                    name: "key",
+                    data: json!({"client": fact.client.as_str(), "key": fact.key.as_str(), "status": "done"})
+                        .to_string(),
+                });
+            }
+        }
+    }
+}
+
+// ---- endpoints ----------------------------------------------------------------------------
+
+pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(p) = app.operator(&headers) {
+        return app.fail(p);
+    }
+    let ledger = &app.ledger;
+    let stats = ledger.stats();
+    let now = ledger.config().clock.now();
+    let pending = ledger.pending();
+    let rejections: serde_json::Map<String, Value> = stats
+        .rejected_by_code()
+        .into_iter()
+        .map(|(r, n)| (r.code().to_owned(), json!(n)))
+        .collect();
+    let pending_rows: Vec<Value> = pending
+        .iter()
+        .take(50)
+        .map(|k| {
+            let mut v = key_json(k, now);
+            if let Value::Object(m) = &mut v {
+                for drop in ["status", "since", "replays", "conflicts", "outcome"] {
+                    m.remove(drop);
+                }
+            }
+            v
+        })
+        .collect();
+    let body = json!({
+        "now": now.to_rfc3339(),
+        "last_seq": ledger.durable_seq(),
+        "keys": {"pending": pending.len(), "done": stats.keys_done, "expired": stats.keys_expired},
+        "counters": {
+            "applied": stats.applied_total(),
+            "rejected": stats.rejected_total(),
+            "replayed": stats.observed.replayed,
+            "conflicts_in_flight": stats.observed.conflicts_in_flight,
+            "conflicts_reused": stats.observed.conflicts_reused,
+            "expired": stats.keys_expired,
+            "rejections": rejections,
+        },
+        "throughput": app.metrics.throughput(),
+        "commit": commit_summary(ledger),
+        "size_on_disk_bytes": ledger.size_on_disk().ok(),
+        "verify": app.metrics.verify.lock().clone(),
+        "pending": pending_rows,
+        "conflicts": app.metrics.conflicts(),
+    });
+    json_ok(&body)
+}
+
+/// Cursors are opaque to clients: hex of `client NUL key`, so any key survives a URL.
+fn encode_cursor(client: &ClientId, key: &Key) -> String {
+    let mut out = String::new();
+    for b in client
+        .as_str()
+        .bytes()
+        .chain([0])
+        .chain(key.as_str().bytes())
+    {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+fn decode_cursor(s: &str) -> Option<(ClientId, Key)> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    let bytes = bytes?;
+    let nul = bytes.iter().position(|b| *b == 0)?;
+    let client = ClientId::parse(std::str::from_utf8(&bytes[..nul]).ok()?).ok()?;
+    let key = Key::parse(std::str::from_utf8(&bytes[nul + 1..]).ok()?).ok()?;
+    Some((client, key))
+}
+
+pub(crate) async fn live_keys(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    q: Params,
+) -> Response {
+    if let Err(p) = app.operator(&headers) {
+        return app.fail(p);
+    }
+    let p = match params(q) {
+        Ok(p) => p,
+        Err(p) => return app.fail(p),
+    };
+    let status = match p.get("status").map(|s| KeyStatus::parse(s)) {
+        None => None,
+        Some(Some(s)) => Some(s),
+        Some(None) => return app.fail(Problem::invalid("status must be pending, done or expired")),
+    };
+    let client = match p.get("client").map(|c| ClientId::parse(c)) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(_)) => return app.fail(Problem::invalid("client is not a client name")),
+    };
+    let limit = match number_param(&p, "limit", 100, 1000) {
+        Ok(n) => to_usize(n.max(1)),
+        Err(p) => return app.fail(p),
+    };
+    let mut after = match p.get("after").map(|a| decode_cursor(a)) {
+        None => None,
+        Some(Some(c)) => Some(c),
+        Some(None) => return app.fail(Problem::invalid("after must be a cursor from `next`")),
+    };
+    let q = p.get("q").cloned().filter(|q| !q.is_empty());
+    let now = app.ledger.config().clock.now();
+    let mut rows = Vec::new();
+    let mut next = None;
+    // With a filter, pages are read until the answer is full, at most this many.
+    for _ in 0..20 {
+        let page = app.ledger.keys(
+            status,
+            client.as_ref(),
+            after.as_ref().map(|(c, k)| (c, k)),
+            limit,
+        );
+        let page = match page {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("ledger error: {e}");
+                return app.fail(Problem::unavailable());
+            }
+        };
+        let full_page = page.len() == limit && status != Some(KeyStatus::Pending);
+        for k in &page {
+            after = Some((k.client.clone(), k.key.clone()));
+            let hit = q.as_ref().is_none_or(|q| {
+                k.client.as_str().contains(q.as_str()) || k.key.as_str().contains(q.as_str())
+            });
+            if hit {
+                rows.push(key_json(k, now));
+                if rows.len() == limit {
+                    break;
+                }
+            }
+        }
+        next = full_page
+            .then(|| after.as_ref().map(|(c, k)| encode_cursor(c, k)))
+            .flatten();
+        if rows.len() >= limit || !full_page {
+            break;
+        }
+    }
+    json_ok(&json!({"keys": rows, "next": next}))
+}
+
+pub(crate) async fn live_key(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Response {
+    if let Err(p) = app.operator(&headers) {
+        return app.fail(p);
+    }
+    let missing = || Problem::not_found("key_not_found", "No such key.");
+    let Some((client, key)) = path
+        .ok()
+        .and_then(|Path((c, k))| Some((ClientId::parse(&c).ok()?, Key::parse(&k).ok()?)))
+    else {
+        return app.fail(missing());
+    };
+    let info = match app.ledger.key(&client, &key) {
+        Ok(Some(i)) => i,
+        Ok(None) => return app.fail(missing()),
+        Err(e) => {
+            eprintln!("ledger error: {e}");
+            return app.fail(Problem::unavailable());
+        }
+    };
+    let mut v = key_json(&info, app.ledger.config().clock.now());
+    if let Some(o) = &info.outcome
+        && let Ok(Some(fact)) = app.ledger.fact(o.seq())
+    {
+        v["fact"] = json::fact(&fact);
+    }
+    json_ok(&v)
+}
+
+pub(crate) async fn stream(State(app): State<Shared>, headers: HeaderMap) -> Response {
+    if let Err(p) = app.operator(&headers) {
+        return app.fail(p);
+    }
+    let rx = app.events.subscribe();
+    let stop = app.stop.clone();
+    let events = futures_util::stream::unfold((rx, stop), |(mut rx, mut stop)| async move {
+        if *stop.borrow() {
+            return None;
+        }
+        let event = tokio::select! {
+            r = rx.recv() => match r {
+                Ok(e) => Event::default().event(e.name).data(e.data),
+                Err(RecvError::Lagged(n)) => Event::default()
+                    .event("lagged")
+                    .data(json!({"missed": n}).to_string()),
+                Err(RecvError::Closed) => return None,
+            },
+            _ = stop.changed() => return None,
+        };
+        Some((Ok::<_, Infallible>(event), (rx, stop)))
+    });
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip() {
+        let c = ClientId::parse("shop").unwrap();
+        let k = Key::parse("ord/1?&#").unwrap();
+        assert_eq!(decode_cursor(&encode_cursor(&c, &k)), Some((c, k)));
+        assert_eq!(decode_cursor("zz"), None);
+    }
+}

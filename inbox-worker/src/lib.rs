@@ -1,0 +1,36 @@
+//! Idem's worker: serves the ledger over HTTP (CONTRACT §3) with the operator feed
+//! (docs/FEED.md), feeds inbox files through the ledger, and holds the CLI client and
+//! the demo. The ledger decides every outcome; this crate parses, transports, reports.
+//!
+//! Embedding a worker (the dashboard's demo mode does this):
+//! ```no_run
+//! # async fn f() -> anyhow::Result<()> {
+//! let (ledger, _) = ledger::Ledger::open(ledger::Config::new("idem-demo"))?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let server = tokio::spawn(inbox_worker::server::serve(
+//!     listener,
+//!     ledger.clone(),
+//!     inbox_worker::server::ApiOptions::default(),
+//!     async move { let _ = stopped.await; },
+//! ));
+//! // ... talk to http://{addr} ...
+//! let _ = stop.send(());
+//! server.await??;
+//! ledger.shutdown();
+//! # Ok(()) }
+//! ```
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod client;
+pub mod demo;
+pub mod feed;
+pub mod inbox;
+mod listener;
+pub mod metrics;
+pub mod server;
+pub mod wire;
+
+pub use server::{ApiOptions, ServeConfig, run_server, serve};

@@ -1,0 +1,304 @@
+//! What the worker counts beside the ledger: answers by code, open connections, recent
+//! conflicts and per-second throughput; and the Prometheus text of `/metrics`.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use ledger::{Ledger, Rejection};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+/// How many recent conflicts the snapshot lists, newest first.
+pub const CONFLICTS_MAX: usize = 50;
+/// Seconds of throughput history the snapshot shows.
+pub const THROUGHPUT_SECONDS: usize = 120;
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// HTTP answers by `code` (`applied`, `replayed`, `insufficient_funds`, ...).
+    answers: Mutex<BTreeMap<&'static str, u64>>,
+    pub open_connections: AtomicI64,
+    pub connections_total: AtomicU64,
+    conflicts: Mutex<VecDeque<Value>>,
+    throughput: Mutex<VecDeque<Value>>,
+    pub verify: Mutex<Option<Value>>,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        Self {
+            conflicts: Mutex::new(VecDeque::with_capacity(CONFLICTS_MAX)),
+            ..Self::default()
+        }
+    }
+
+    pub fn answered(&self, code: &'static str) {
+        *self.answers.lock().entry(code).or_insert(0) += 1;
+    }
+
+    pub fn conflict(&self, entry: Value) {
+        let mut c = self.conflicts.lock();
+        if c.len() >= CONFLICTS_MAX {
+            c.pop_back();
+        }
+        c.push_front(entry);
+    }
+
+    pub fn conflicts(&self) -> Vec<Value> {
+        self.conflicts.lock().iter().cloned().collect()
+    }
+
+    pub fn push_throughput(&self, entry: Value) {
+        let mut t = self.throughput.lock();
+        if t.len() >= THROUGHPUT_SECONDS {
+            t.pop_front();
+        }
+        t.push_back(entry);
+    }
+
+    pub fn throughput(&self) -> Vec<Value> {
+        self.throughput.lock().iter().cloned().collect()
+    }
+
+    /// The Prometheus text exposition of the worker and its ledger.
+    pub fn render(&self, ledger: &Ledger) -> String {
+        let stats = ledger.stats();
+        let commit = ledger.commit_metrics();
+        let mut out = String::with_capacity(4096);
+        let mut counter = |name: &str, help: &str, kind: &str, rows: Vec<(String, String)>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            for (labels, value) in rows {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        let one = |v: u64| vec![(String::new(), v.to_string())];
+        let names = ["deposit", "withdraw", "refund"];
+        counter(
+            "idem_commands_applied_total",
+            "Applied commands (facts), by command, since the ledger was created.",
+            "counter",
+            names
+                .iter()
+                .zip(stats.applied)
+                .map(|(n, v)| (format!("{{command=\"{n}\"}}"), v.to_string()))
+                .collect(),
+        );
+        counter(
+            "idem_commands_rejected_total",
+            "Business rejections (422, stored under the key), by code.",
+            "counter",
+            stats
+                .rejected_by_code()
+                .into_iter()
+                .map(|(r, v): (Rejection, u64)| {
+                    (format!("{{code=\"{}\"}}", r.code()), v.to_string())
+                })
+                .collect(),
+        );
+        counter(
+            "idem_replays_total",
+            "Repeats answered with the stored outcome.",
+            "counter",
+            one(stats.observed.replayed),
+        );
+        counter(
+            "idem_conflicts_total",
+            "Repeats refused: in_flight (409) and reused (422 idempotency_key_reused).",
+            "counter",
+            vec![
+                (
+                    "{kind=\"in_flight\"}".into(),
+                    stats.observed.conflicts_in_flight.to_string(),
+                ),
+                (
+                    "{kind=\"reused\"}".into(),
+                    stats.observed.conflicts_reused.to_string(),
+                ),
+            ],
+        );
+        counter(
+            "idem_keys",
+            "Keys by status.",
+            "gauge",
+            vec![
+                (
+                    "{status=\"pending\"}".into(),
+                    ledger.pending().len().to_string(),
+                ),
+                ("{status=\"done\"}".into(), stats.keys_done.to_string()),
+                (
+                    "{status=\"expired\"}".into(),
+                    stats.keys_expired.to_string(),
+                ),
+            ],
+        );
+        counter(
+            "idem_keys_expired_total",
+            "Keys whose stored response the sweeper has dropped.",
+            "counter",
+            one(stats.keys_expired),
+        );
+        counter(
+            "idem_last_seq",
+            "The sequence number of the last durable fact.",
+            "gauge",
+            one(ledger.durable_seq()),
+        );
+        counter(
+            "idem_http_answers_total",
+            "HTTP answers of this process, by code.",
+            "counter",
+            self.answers
+                .lock()
+                .iter()
+                .map(|(code, v)| (format!("{{code=\"{code}\"}}"), v.to_string()))
+                .collect(),
+        );
+        counter(
+            "idem_open_connections",
+            "Open HTTP connections.",
+            "gauge",
+            vec![(
+                String::new(),
+                self.open_connections.load(Ordering::Relaxed).to_string(),
+            )],
+        );
+        counter(
+            "idem_connections_total",
+            "HTTP connections accepted.",
+            "counter",
+            one(self.connections_total.load(Ordering::Relaxed)),
+        );
+        // The ledger's buckets are cumulative-free counts in microseconds; Prometheus
+        // wants cumulative counts with upper bounds in seconds.
+        let mut rows = Vec::new();
+        let mut cumulative = 0u64;
+        for (bound, n) in ledger::store::LATENCY_BUCKETS_US
+            .iter()
+            .zip(commit.latency_buckets)
+        {
+            cumulative += n;
+            let le = if *bound == u64::MAX {
+                "+Inf".to_owned()
+            } else {
+                format!("{}", Seconds(*bound))
+            };
+            rows.push((format!("_bucket{{le=\"{le}\"}}"), cumulative.to_string()));
+        }
+        rows.push(("_sum".into(), format!("{}", Seconds(commit.latency_sum_us))));
+        rows.push(("_count".into(), cumulative.to_string()));
+        counter(
+            "idem_commit_latency_seconds",
+            "From a command's arrival at the committer to its durable flush.",
+            "histogram",
+            rows,
+        );
+        counter(
+            "idem_commit_batches_total",
+            "Durable batches written (one write and one flush each).",
+            "counter",
+            one(commit.batches),
+        );
+        counter(
+            "idem_commit_commands_total",
+            "Commands committed in batches; divided by batches, the mean batch size.",
+            "counter",
+            one(commit.commands),
+        );
+        counter(
+            "idem_commit_batch_size_max",
+            "The largest batch so far.",
+            "gauge",
+            one(commit.batch_size_max),
+        );
+        counter(
+            "idem_commit_batch_size_last",
+            "The size of the last batch.",
+            "gauge",
+            one(commit.last_batch_size),
+        );
+        counter(
+            "idem_up",
+            "1 while the ledger accepts writes, 0 after a storage failure.",
+            "gauge",
+            one(u64::from(ledger.failure().is_none())),
+        );
+        out
+    }
+}
+
+/// Microseconds shown as seconds, exactly (no float rounding).
+struct Seconds(u64);
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (s, us) = (self.0 / 1_000_000, self.0 % 1_000_000);
+        if us == 0 {
+            write!(f, "{s}")
+        } else {
+            let frac = format!("{us:06}");
+            write!(f, "{s}.{}", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+/// Commit latency percentiles, estimated from the histogram as the bucket's upper bound.
+pub fn commit_summary(ledger: &Ledger) -> Value {
+    let m = ledger.commit_metrics();
+    let total: u64 = m.latency_buckets.iter().sum();
+    let quantile = |q: f64| -> Value {
+        if total == 0 {
+            return Value::Null;
+        }
+        // Counts are far below 2^52, so the float is exact enough for a rank.
+        #[allow(
+            clippy::cast_precision_loss,
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss
+        )]
+        let rank = ((total as f64) * q).ceil() as u64;
+        let mut seen = 0;
+        for (bound, n) in ledger::store::LATENCY_BUCKETS_US
+            .iter()
+            .zip(m.latency_buckets)
+        {
+            seen += n;
+            if seen >= rank.max(1) {
+                let us = if *bound == u64::MAX {
+                    1_000_000
+                } else {
+                    *bound
+                };
+                #[allow(clippy::cast_precision_loss)]
+                return json!(us as f64 / 1000.0);
+            }
+        }
+        Value::Null
+    };
+    #[allow(clippy::cast_precision_loss)]
+    let avg = if m.batches == 0 {
+        0.0
+    } else {
+        m.commands as f64 / m.batches as f64
+    };
+    json!({
+        "p50_ms": quantile(0.5),
+        "p99_ms": quantile(0.99),
+        "batch_size_avg": avg,
+        "batches": m.batches,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Seconds;
+
+    #[test]
+    fn seconds_are_exact() {
+        assert_eq!(Seconds(100).to_string(), "0.0001");
+        assert_eq!(Seconds(2_500).to_string(), "0.0025");
+        assert_eq!(Seconds(1_000_000).to_string(), "1");
+        assert_eq!(Seconds(250_000).to_string(), "0.25");
+    }
+}

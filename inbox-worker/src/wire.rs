@@ -1,0 +1,460 @@
+//! The wire forms of commands: parses JSON from HTTP bodies and inbox lines into the
+//! ledger's validated [`Command`]. Parse, then validate: only a `Command` travels inward.
+//! No error message here quotes the client's input, because it ends up in HTTP answers,
+//! logs and the quarantine.
+
+use ledger::{Account, Amount, Command, Currency, Key};
+use serde::Deserialize;
+use serde_json::Number;
+
+/// Which command an HTTP endpoint takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    Deposit,
+    Withdraw,
+    Refund,
+}
+
+impl CommandKind {
+    pub fn path(self) -> &'static str {
+        match self {
+            CommandKind::Deposit => "/v1/deposits",
+            CommandKind::Withdraw => "/v1/withdrawals",
+            CommandKind::Refund => "/v1/refunds",
+        }
+    }
+
+    fn fields(self) -> &'static str {
+        match self {
+            CommandKind::Deposit | CommandKind::Withdraw => {
+                "account (string), amount (integer), currency (string)"
+            }
+            CommandKind::Refund => "withdrawal (string, the withdrawal's key), amount (integer)",
+        }
+    }
+}
+
+/// Why a request or message was refused before reaching the ledger. `detail` is written
+/// here, never copied from the input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub detail: String,
+}
+
+impl Invalid {
+    fn new(detail: impl Into<String>) -> Self {
+        Self {
+            detail: detail.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.detail)
+    }
+}
+
+/// Describes a serde_json error by its category and position only: its message may
+/// quote the input (an unknown field's name, a string value).
+fn describe(e: &serde_json::Error, shape: &str) -> Invalid {
+    use serde_json::error::Category;
+    let what = match e.classify() {
+        Category::Syntax | Category::Eof => "the body is not well-formed JSON",
+        Category::Data => "the JSON does not have the expected shape",
+        Category::Io => "the body could not be read",
+    };
+    Invalid::new(format!(
+        "{what} (line {}, column {}); expected an object with exactly: {shape}",
+        e.line(),
+        e.column()
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MovementBody {
+    account: String,
+    amount: Number,
+    currency: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RefundBody {
+    withdrawal: String,
+    amount: Number,
+}
+
+fn amount(n: &Number) -> Result<Amount, Invalid> {
+    // A float, a negative number or one beyond u64 has no `as_u64`: all are refused.
+    n.as_u64()
+        .and_then(|units| Amount::new(units).ok())
+        .ok_or_else(|| Invalid::new(ledger::InvalidInput::Amount.to_string()))
+}
+
+fn movement(kind: CommandKind, body: MovementBody) -> Result<Command, Invalid> {
+    let account = Account::parse(&body.account).map_err(|e| Invalid::new(e.to_string()))?;
+    let amount = amount(&body.amount)?;
+    let currency = Currency::parse(&body.currency).map_err(|e| Invalid::new(e.to_string()))?;
+    Ok(match kind {
+        CommandKind::Deposit => Command::Deposit {
+            account,
+            amount,
+            currency,
+        },
+        _ => Command::Withdraw {
+            account,
+            amount,
+            currency,
+        },
+    })
+}
+
+fn refund(body: RefundBody) -> Result<Command, Invalid> {
+    let withdrawal = Key::parse(&body.withdrawal).map_err(|_| {
+        Invalid::new(
+            "withdrawal must be the withdrawal's idempotency key (1 to 255 bytes of visible ASCII)",
+        )
+    })?;
+    Ok(Command::Refund {
+        withdrawal,
+        amount: amount(&body.amount)?,
+    })
+}
+
+/// Parses an HTTP body for the given endpoint.
+pub fn parse_body(kind: CommandKind, body: &[u8]) -> Result<Command, Invalid> {
+    match kind {
+        CommandKind::Deposit | CommandKind::Withdraw => {
+            let b: MovementBody =
+                serde_json::from_slice(body).map_err(|e| describe(&e, kind.fields()))?;
+            movement(kind, b)
+        }
+        CommandKind::Refund => {
+            let b: RefundBody =
+                serde_json::from_slice(body).map_err(|e| describe(&e, kind.fields()))?;
+            refund(b)
+        }
+    }
+}
+
+/// The HTTP body of a command, as the CLI client sends it.
+pub fn body_of(command: &Command) -> serde_json::Value {
+    match command {
+        Command::Deposit {
+            account,
+            amount,
+            currency,
+        }
+        | Command::Withdraw {
+            account,
+            amount,
+            currency,
+        } => serde_json::json!({
+            "account": account.as_str(), "amount": amount.units(), "currency": currency.as_str()
+        }),
+        Command::Refund { withdrawal, amount } => serde_json::json!({
+            "withdrawal": withdrawal.as_str(), "amount": amount.units()
+        }),
+    }
+}
+
+pub fn kind_of(command: &Command) -> CommandKind {
+    match command {
+        Command::Deposit { .. } => CommandKind::Deposit,
+        Command::Withdraw { .. } => CommandKind::Withdraw,
+        Command::Refund { .. } => CommandKind::Refund,
+    }
+}
+
+// ---- inbox messages -------------------------------------------------------------------
+
+/// One inbox line:
+/// `{"message_id": "m-1", "key": "ord-1", "client": "shop", "command": {"type": "withdraw",
+/// "account": "alice", "amount": 300, "currency": "RUB"}}`; `client` is optional.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageLine {
+    message_id: String,
+    key: String,
+    #[serde(default)]
+    client: Option<String>,
+    command: WireCommand,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum WireCommand {
+    Deposit {
+        account: String,
+        amount: Number,
+        currency: String,
+    },
+    Withdraw {
+        account: String,
+        amount: Number,
+        currency: String,
+    },
+    Refund {
+        withdrawal: String,
+        amount: Number,
+    },
+}
+
+/// A decoded inbox message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub message_id: ledger::MessageId,
+    pub key: Key,
+    pub client: Option<ledger::ClientId>,
+    pub command: Command,
+}
+
+const MESSAGE_SHAPE: &str = "message_id, key, optional client, and command \
+    {type: deposit|withdraw|refund, ...}";
+
+/// Decodes one inbox line. The message id, when it can be read at all, is returned with
+/// the error so the quarantine can name it.
+pub fn parse_message(line: &[u8]) -> Result<Message, (Option<String>, Invalid)> {
+    let m: MessageLine = serde_json::from_slice(line).map_err(|e| {
+        // A best-effort look at the id, for the quarantine record: it is the operator's
+        // own data, kept beside the payload, never sent to a client.
+        let id = serde_json::from_slice::<serde_json::Value>(line)
+            .ok()
+            .and_then(|v| v.get("message_id")?.as_str().map(str::to_owned));
+        (id, describe(&e, MESSAGE_SHAPE))
+    })?;
+    let id = Some(m.message_id.clone());
+    let fail = |i: Invalid| (id.clone(), i);
+    let message_id = ledger::MessageId::parse(&m.message_id).map_err(|_| {
+        fail(Invalid::new(
+            "message_id must be 1 to 255 bytes of visible ASCII",
+        ))
+    })?;
+    let key = Key::parse(&m.key).map_err(|e| fail(Invalid::new(e.to_string())))?;
+    let client = match &m.client {
+        None => None,
+        Some(c) => Some(ledger::ClientId::parse(c).map_err(|e| fail(Invalid::new(e.to_string())))?),
+    };
+    let command = match m.command {
+        WireCommand::Deposit {
+            account,
+            amount,
+            currency,
+        } => movement(
+            CommandKind::Deposit,
+            MovementBody {
+                account,
+                amount,
+                currency,
+            },
+        ),
+        WireCommand::Withdraw {
+            account,
+            amount,
+            currency,
+        } => movement(
+            CommandKind::Withdraw,
+            MovementBody {
+                account,
+                amount,
+                currency,
+            },
+        ),
+        WireCommand::Refund { withdrawal, amount } => refund(RefundBody { withdrawal, amount }),
+    }
+    .map_err(fail)?;
+    Ok(Message {
+        message_id,
+        key,
+        client,
+        command,
+    })
+}
+
+/// Which fields of two commands differ, by name: for conflict reports, never the values.
+pub fn differs(stored: &Command, arriving: &Command) -> Vec<&'static str> {
+    use Command::*;
+    match (stored, arriving) {
+        (
+            Deposit {
+                account: a1,
+                amount: m1,
+                currency: c1,
+            },
+            Deposit {
+                account: a2,
+                amount: m2,
+                currency: c2,
+            },
+        )
+        | (
+            Withdraw {
+                account: a1,
+                amount: m1,
+                currency: c1,
+            },
+            Withdraw {
+                account: a2,
+                amount: m2,
+                currency: c2,
+            },
+        ) => [
+            (a1 != a2, "account"),
+            (m1 != m2, "amount"),
+            (c1 != c2, "currency"),
+        ]
+        .into_iter()
+        .filter_map(|(d, name)| d.then_some(name))
+        .collect(),
+        (
+            Refund {
+                withdrawal: w1,
+                amount: m1,
+            },
+            Refund {
+                withdrawal: w2,
+                amount: m2,
+            },
+        ) => [(w1 != w2, "withdrawal"), (m1 != m2, "amount")]
+            .into_iter()
+            .filter_map(|(d, name)| d.then_some(name))
+            .collect(),
+        _ => vec!["command"],
+    }
+}
+
+/// Parses durations such as `500ms`, `10s`, `15m`, `24h`, `7d`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| "a duration needs a unit: ms, s, m, h or d (e.g. 24h)".to_owned())?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| "a duration starts with a whole number (e.g. 10s)".to_owned())?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        "d" => n.checked_mul(86_400_000),
+        _ => return Err("the unit must be one of ms, s, m, h, d".to_owned()),
+    };
+    ms.map(std::time::Duration::from_millis)
+        .ok_or_else(|| "the duration is too long".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn check(kind: CommandKind, body: &str, ok: bool) {
+        let r = parse_body(kind, body.as_bytes());
+        assert_eq!(r.is_ok(), ok, "{body}: {r:?}");
+        if let Err(e) = r {
+            // No refusal may quote the input back.
+            assert!(!e.detail.contains("zzz"), "{body}: {e}");
+        }
+    }
+
+    #[test]
+    fn bodies() {
+        use CommandKind::*;
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":300,"currency":"RUB"}"#,
+            true,
+        );
+        check(
+            Withdraw,
+            r#" { "currency" : "RUB", "amount":300 ,"account":"alice"} "#,
+            true,
+        );
+        check(Withdraw, r#"{"account":"alice","amount":300}"#, false);
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":300,"currency":"RUB","zzz":1}"#,
+            false,
+        );
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":300,"currency":"RUB","account":"b"}"#,
+            false,
+        );
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":0,"currency":"RUB"}"#,
+            false,
+        );
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":-1,"currency":"RUB"}"#,
+            false,
+        );
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":1.5,"currency":"RUB"}"#,
+            false,
+        );
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":"300","currency":"RUB"}"#,
+            false,
+        );
+        check(
+            Withdraw,
+            r#"{"account":"alice","amount":1000000000000001,"currency":"RUB"}"#,
+            false,
+        );
+        check(
+            Deposit,
+            r#"{"account":"alice","amount":1000000000000000,"currency":"RUB"}"#,
+            true,
+        );
+        check(
+            Deposit,
+            r#"{"account":"@world","amount":1,"currency":"RUB"}"#,
+            false,
+        );
+        check(
+            Deposit,
+            r#"{"account":"alice","amount":1,"currency":"rub"}"#,
+            false,
+        );
+        check(
+            Deposit,
+            r#"{"account":"zzz","amount":1,"currency":"zzz"}"#,
+            false,
+        );
+        check(Deposit, r#"{"account":"zzz""#, false);
+        check(Refund, r#"{"withdrawal":"req-7f3a","amount":300}"#, true);
+        check(Refund, r#"{"withdrawal":"","amount":300}"#, false);
+        check(Refund, r#"[]"#, false);
+    }
+
+    #[test]
+    fn messages() {
+        let m = parse_message(
+            br#"{"message_id":"m1","key":"k1","command":{"type":"refund","withdrawal":"w","amount":5}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.command.name(), "refund");
+        let (id, _) =
+            parse_message(br#"{"message_id":"m2","key":"k1","command":{"type":"steal"}}"#)
+                .unwrap_err();
+        assert_eq!(id.as_deref(), Some("m2"));
+        assert!(parse_message(b"not json").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("24h").unwrap().as_secs(), 86_400);
+        assert_eq!(parse_duration("250ms").unwrap().as_millis(), 250);
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("1y").is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! The inbox: duplicates, redeliveries, a conflicting message_id and broken lines.
+
+use crate::support::{Worker, run, scratch};
+
+const FILE: &str = r#"{"message_id":"m1","key":"dep-1","command":{"type":"deposit","account":"alice","amount":1000,"currency":"RUB"}}
+{"message_id":"m2","key":"req-7f3a","command":{"type":"withdraw","account":"alice","amount":300,"currency":"RUB"}}
+{"message_id":"m2","key":"req-7f3a","command":{"type":"withdraw","account":"alice","amount":300,"currency":"RUB"}}
+{"command":{"currency":"RUB","amount":300,"account":"alice","type":"withdraw"},"key":"req-7f3a","message_id":"m2"}
+{"message_id":"m3","key":"req-7f3a","command":{"type":"withdraw","account":"alice","amount":300,"currency":"RUB"}}
+this is not json
+{"message_id":"m2","key":"req-7f3a","command":{"type":"withdraw","account":"alice","amount":999,"currency":"RUB"}}
+{"message_id":"m4","key":"req-7f3a","command":{"type":"withdraw","account":"alice","amount":999,"currency":"RUB"}}
+
+{"message_id":"m5","key":"ref-1","command":{"type":"refund","withdrawal":"req-7f3a","amount":100}}
+{"message_id":"m5","key":"ref-1","command":{"type":"refund","withdrawal":"req-7f3a","amount":100}}
+{"message_id":"m6","key":"w-2","client":"shop","command":{"type":"withdraw","account":"alice","amount":1,"currency":"RUB","memo":"x"}}
+{"message_id":"m7","key":"big","command":{"type":"withdraw","account":"alice","amount":100000,"currency":"RUB"}}
+{"message_id":"m8","key":"w-3","command":{"type":"withdraw","account":"alice","amount":0,"currency":"RUB"}}
+"#;
+
+#[test]
+fn inbox_file_absorbs_duplicates_and_quarantines_the_rest() {
+    let (dir, db) = scratch();
+    let file = dir.path().join("messages.jsonl");
+    std::fs::write(&file, FILE).unwrap();
+    let consume = || {
+        run(&[
+            "consume",
+            "--db",
+            db.to_str().unwrap(),
+            "--from",
+            file.to_str().unwrap(),
+        ])
+    };
+    let out = consume();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // Something was quarantined: exit 3, and every quarantine is reported.
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(
+        text.starts_with(
+            "13 messages: 3 applied, 1 rejected (outcome stored), 4 duplicates absorbed, 5 quarantined"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("line 6, message (unreadable): undecodable"),
+        "{text}"
+    );
+    assert!(
+        text.contains("line 7, message m2: message_id_reused"),
+        "{text}"
+    );
+    assert!(
+        text.contains("line 8, message m4: idempotency_key_reused"),
+        "{text}"
+    );
+    assert!(text.contains("line 12, message m6: undecodable"), "{text}");
+    assert!(text.contains("line 14, message m8: undecodable"), "{text}");
+    // No input is echoed into the reasons, only into the kept payload.
+    assert!(!text.contains("memo"), "{text}");
+
+    // A second delivery of the whole file moves nothing.
+    let again = consume();
+    let text2 = String::from_utf8_lossy(&again.stdout).into_owned();
+    assert!(text2.contains("0 applied, 0 rejected"), "{text2}");
+
+    // One effect per key, and HTTP retries of the same keys are replays.
+    let w = Worker::start(&db, &[]);
+    let http = w.http();
+    assert_eq!(http.balance("alice"), 800);
+    let r = http.withdraw("req-7f3a", "alice", 300);
+    assert!(r.replayed);
+    assert_eq!(r.json()["seq"], 2);
+    assert_eq!(http.last_seq(), 4);
+    assert_eq!(w.term().code(), Some(0));
+    let out = run(&["verify", "--db", db.to_str().unwrap()]);
+    assert!(out.status.success());
+}
+
+#[test]
+fn inbox_reads_standard_input_and_shares_keys_with_http() {
+    use std::io::Write as _;
+    let (_dir, db) = scratch();
+    let w = Worker::start(&db, &[]);
+    w.http().deposit("dep-1", "bob", 500);
+    assert_eq!(w.term().code(), Some(0));
+    let mut child = std::process::Command::new(crate::support::bin())
+        .args(["consume", "--db", db.to_str().unwrap(), "--from", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(
+            br#"{"message_id":"x1","key":"dep-1","command":{"type":"deposit","account":"bob","amount":500,"currency":"RUB"}}
+"#,
+        )
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("0 applied, 0 rejected (outcome stored), 1 duplicates absorbed"),
+        "{text}"
+    );
+}
+
+#[test]
+fn verify_reports_and_refuses_a_missing_ledger() {
+    let (_dir, db) = scratch();
+    let out = run(&["verify", "--db", db.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no ledger"));
+}

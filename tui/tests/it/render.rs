@@ -1,0 +1,204 @@
+//! Whole-screen snapshots on ratatui's TestBackend, from fixed data and a fixed clock.
+
+use insta::Settings;
+use ledger_tui::app::{Connection, Data};
+use ledger_tui::{App, Event, draw};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::style::Color;
+
+use crate::fixture::{self, data, live_app};
+use crate::press;
+
+const SIZES: [(u16, u16); 3] = [(80, 24), (120, 40), (40, 12)];
+
+fn render(app: &App, width: u16, height: u16) -> Terminal<TestBackend> {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|frame| draw(frame, app)).unwrap();
+    terminal
+}
+
+/// Snapshots `app` at every size as `tui_{name}_{w}x{h}` in the workspace's snapshots/.
+fn check(name: &str, app: &App) {
+    for (width, height) in SIZES {
+        check_size(name, app, width, height);
+    }
+}
+
+fn check_size(name: &str, app: &App, width: u16, height: u16) {
+    let mut app = app.clone();
+    // The handler learns the size from resize events, as in the real loop.
+    app.handle(Event::Resize(width, height));
+    let terminal = render(&app, width, height);
+    let mut screen = terminal.backend().to_string();
+    if !app.color {
+        // Without colour the text is the same; what stands in for colour is the point.
+        screen.push_str(&format!("\nstyles: {}\n", styles_used(&terminal)));
+    }
+    assert_no_control(&screen);
+    let mut settings = Settings::clone_current();
+    settings.set_snapshot_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../snapshots"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.bind(|| {
+        insta::assert_snapshot!(format!("tui_{name}_{width}x{height}"), screen);
+    });
+}
+
+fn assert_no_control(screen: &str) {
+    let bad: Vec<char> = screen
+        .chars()
+        .filter(|c| c.is_control() && *c != '\n')
+        .collect();
+    assert!(bad.is_empty(), "control characters on screen: {bad:?}");
+}
+
+/// Every distinct style on screen, as `fg/bg/modifiers`.
+fn styles_used(terminal: &Terminal<TestBackend>) -> String {
+    let mut styles: Vec<String> = terminal
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .map(|cell| format!("{:?}/{:?}/{:?}", cell.fg, cell.bg, cell.modifier))
+        .collect();
+    styles.sort();
+    styles.dedup();
+    styles.join(", ")
+}
+
+/// Cells drawn with a foreground or background colour.
+fn coloured_cells(terminal: &Terminal<TestBackend>) -> usize {
+    terminal
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .filter(|cell| cell.fg != Color::Reset || cell.bg != Color::Reset)
+        .count()
+}
+
+#[test]
+fn overview() {
+    check("overview", &live_app(true));
+}
+
+#[test]
+fn keys() {
+    let mut app = live_app(true);
+    press(&mut app, "2j");
+    check("keys", &app);
+}
+
+#[test]
+fn keys_detail() {
+    let mut app = live_app(true);
+    press(&mut app, "2jj<Enter>");
+    let (client, key) = app.wants().detail.unwrap();
+    let mut detail = fixture::keys_page().keys[2].clone();
+    assert_eq!(
+        (detail.client.as_str(), detail.key.as_str()),
+        (&*client, &*key)
+    );
+    detail.fact = Some(serde_json::json!({"seq": 131, "type": "WithdrawalRecorded",
+        "account": "alice", "amount": 300, "currency": "RUB", "balance_after": 700}));
+    app.handle(data(Data::KeyDetail(Box::new(detail))));
+    check("keys_detail", &app);
+}
+
+#[test]
+fn keys_filter_active() {
+    let mut app = live_app(true);
+    press(&mut app, "2/status:pending<Enter>");
+    let query = app.key_query();
+    let mut page = fixture::keys_page();
+    page.keys
+        .retain(|k| k.status == ledger_tui::model::KeyStatus::Pending);
+    page.next = None;
+    app.handle(data(Data::Keys { query, page }));
+    check("keys_filter_active", &app);
+}
+
+#[test]
+fn filter_being_typed() {
+    let mut app = live_app(true);
+    press(&mut app, "2/client:shop ord");
+    check_size("filter_typing", &app, 80, 24);
+}
+
+#[test]
+fn conflicts() {
+    let mut app = live_app(true);
+    press(&mut app, "3");
+    check("conflicts", &app);
+}
+
+#[test]
+fn balances() {
+    let mut app = live_app(true);
+    press(&mut app, "4");
+    check("balances", &app);
+}
+
+#[test]
+fn log() {
+    let mut app = live_app(true);
+    press(&mut app, "5");
+    check("log", &app);
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = live_app(true);
+    press(&mut app, "?");
+    check("help", &app);
+}
+
+#[test]
+fn disconnected_with_old_data() {
+    let mut app = live_app(true);
+    app.handle(data(Data::Disconnected {
+        error: "connection refused".into(),
+        attempt: 3,
+    }));
+    check("disconnected", &app);
+}
+
+#[test]
+fn disconnected_before_any_data() {
+    let mut app = App::new(fixture::SERVER, true);
+    app.handle(data(Data::Disconnected {
+        error: "connection refused".into(),
+        attempt: 1,
+    }));
+    assert!(matches!(app.connection, Connection::Disconnected { .. }));
+    check_size("never_connected", &app, 80, 24);
+}
+
+#[test]
+fn paused() {
+    let mut app = live_app(true);
+    press(&mut app, "p");
+    check_size("paused", &app, 80, 24);
+}
+
+#[test]
+fn too_small() {
+    let app = live_app(true);
+    check_size("too_small", &app, 39, 11);
+}
+
+#[test]
+fn no_color_uses_no_colour() {
+    for (view, name) in [("1", "overview"), ("2", "keys"), ("4", "balances")] {
+        let mut app = live_app(false);
+        press(&mut app, view);
+        check_size(&format!("no_color_{name}"), &app, 80, 24);
+        for (width, height) in SIZES {
+            let terminal = render(&app, width, height);
+            assert_eq!(coloured_cells(&terminal), 0, "{name} at {width}x{height}");
+        }
+    }
+    // And the test can fail: the same screen in colour does use colour.
+    let terminal = render(&live_app(true), 80, 24);
+    assert!(coloured_cells(&terminal) > 0);
+}

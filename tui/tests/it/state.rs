@@ -1,0 +1,260 @@
+//! Key sequences in, state out.
+
+use ledger_tui::app::{BalanceSort, Connection, Data, KeyQuery, STALE_TICKS, View};
+use ledger_tui::model::KeyStatus;
+use ledger_tui::{App, Event};
+
+use crate::fixture::{self, data, live_app};
+use crate::press;
+
+#[test]
+fn views_switch_by_number_and_tab() {
+    let mut app = live_app(true);
+    for (keys, view) in [
+        ("2", View::Keys),
+        ("<Tab>", View::Conflicts),
+        ("<BackTab><BackTab>", View::Overview),
+        ("<BackTab>", View::Log),
+        ("<Tab>", View::Overview),
+        ("4", View::Balances),
+        ("5", View::Log),
+        ("1", View::Overview),
+        ("9", View::Overview),
+    ] {
+        press(&mut app, keys);
+        assert_eq!(app.view, view, "after {keys}");
+    }
+}
+
+#[test]
+fn quit_keys() {
+    for keys in ["q", "<Esc>", "<C-c>", "?q", "/abc<C-c>"] {
+        let mut app = live_app(true);
+        press(&mut app, keys);
+        assert!(app.quit, "{keys} should quit");
+    }
+    for keys in ["/q", "?<Esc>", "2<Enter><Esc>", "/x<Esc>"] {
+        let mut app = live_app(true);
+        press(&mut app, keys);
+        assert!(!app.quit, "{keys} should not quit");
+    }
+    let mut app = live_app(true);
+    app.handle(Event::Shutdown);
+    assert!(app.quit);
+}
+
+#[test]
+fn moving_in_tables() {
+    let mut app = live_app(true);
+    press(&mut app, "2");
+    let rows = app.row_count(View::Keys);
+    assert_eq!(rows, 6);
+    for (keys, selected) in [
+        ("jjj", 3),
+        ("k", 2),
+        ("<Down><Down>", 4),
+        ("<Up>", 3),
+        ("<End>", 5),
+        ("j", 5),
+        ("<Home>", 0),
+        ("k", 0),
+        ("<PgDn>", 5),
+        ("<PgUp>", 0),
+        ("G", 5),
+        ("g", 0),
+    ] {
+        press(&mut app, keys);
+        assert_eq!(app.selected[View::Keys.index()], selected, "after {keys}");
+    }
+    // Selections are per view.
+    press(&mut app, "jj4j");
+    assert_eq!(app.selected[View::Keys.index()], 2);
+    assert_eq!(app.selected[View::Balances.index()], 1);
+}
+
+#[test]
+fn filter_is_typed_applied_and_sent_to_the_server() {
+    let mut app = live_app(true);
+    press(&mut app, "2/status:pending c:shop ord");
+    assert_eq!(app.input.as_deref(), Some("status:pending c:shop ord"));
+    assert_eq!(app.filter(View::Keys), "", "not applied before Enter");
+    press(&mut app, "<BS><BS><Enter>");
+    assert_eq!(app.input, None);
+    assert_eq!(app.filter(View::Keys), "status:pending c:shop o");
+    let query = app.wants().keys;
+    assert_eq!(
+        query,
+        KeyQuery {
+            status: Some(KeyStatus::Pending),
+            client: Some("shop".into()),
+            text: Some("o".into()),
+            after: None,
+            limit: 200,
+        }
+    );
+    // The old page belonged to the old filter.
+    assert_eq!(app.feed.keys, None);
+    // A late page for the old query is dropped, one for the new query is shown.
+    app.handle(data(Data::Keys {
+        query: KeyQuery::parse(""),
+        page: fixture::keys_page(),
+    }));
+    assert_eq!(app.feed.keys, None);
+    app.handle(data(Data::Keys {
+        query,
+        page: fixture::keys_page(),
+    }));
+    assert_eq!(app.row_count(View::Keys), 6);
+}
+
+#[test]
+fn filter_escape_keeps_the_old_filter() {
+    let mut app = live_app(true);
+    press(&mut app, "3/shop<Enter>");
+    assert_eq!(app.filter(View::Conflicts), "shop");
+    assert_eq!(app.row_count(View::Conflicts), 2);
+    press(&mut app, "/xyz<Esc>");
+    assert_eq!(app.filter(View::Conflicts), "shop");
+    press(&mut app, "/<BS><BS><BS><BS><Enter>");
+    assert_eq!(app.row_count(View::Conflicts), 4);
+}
+
+#[test]
+fn slash_on_the_overview_filters_keys() {
+    let mut app = live_app(true);
+    press(&mut app, "/ord<Enter>");
+    assert_eq!(app.view, View::Keys);
+    assert_eq!(app.key_query().text.as_deref(), Some("ord"));
+}
+
+#[test]
+fn help_closes_on_any_key_without_acting() {
+    let mut app = live_app(true);
+    press(&mut app, "2?");
+    assert!(app.help);
+    press(&mut app, "j");
+    assert!(!app.help);
+    assert_eq!(app.selected[View::Keys.index()], 0);
+}
+
+#[test]
+fn detail_pane_asks_for_the_selected_key() {
+    let mut app = live_app(true);
+    press(&mut app, "2jj<Enter>");
+    assert!(app.detail_open);
+    assert_eq!(app.wants().detail, Some(("shop".into(), "ord-2".into())));
+    press(&mut app, "<Esc>");
+    assert!(!app.detail_open && !app.quit);
+    assert_eq!(app.wants().detail, None);
+}
+
+#[test]
+fn key_pages_follow_the_server_cursor() {
+    let mut app = live_app(true);
+    press(&mut app, "2]");
+    assert_eq!(app.key_query().after.as_deref(), Some("cursor-6"));
+    assert_eq!(app.feed.keys.as_ref().map(|p| p.keys.len()), Some(6));
+    press(&mut app, "[");
+    assert_eq!(app.key_query().after, None);
+    press(&mut app, "[");
+    assert_eq!(app.key_query().after, None);
+}
+
+#[test]
+fn pause_freezes_the_screen_not_the_feed() {
+    let mut app = live_app(true);
+    press(&mut app, "p");
+    assert!(app.paused());
+    app.handle(data(Data::Snapshot(Box::new(fixture::snapshot(9, 130, 4)))));
+    assert_eq!(app.shown().snapshot.as_ref().unwrap().keys.pending, 3);
+    assert_eq!(app.feed.snapshot.as_ref().unwrap().keys.pending, 9);
+    press(&mut app, "p");
+    assert_eq!(app.shown().snapshot.as_ref().unwrap().keys.pending, 9);
+}
+
+#[test]
+fn log_follows_until_scrolled_up() {
+    let mut app = live_app(true);
+    press(&mut app, "5");
+    assert_eq!(app.selected[View::Log.index()], 29);
+    app.handle(data(Data::Facts {
+        facts: fixture::facts(141, 145),
+        reset: false,
+    }));
+    assert_eq!(app.selected[View::Log.index()], 34);
+    press(&mut app, "kk");
+    assert!(!app.follow_log);
+    app.handle(data(Data::Facts {
+        facts: fixture::facts(146, 150),
+        reset: false,
+    }));
+    assert_eq!(app.selected[View::Log.index()], 32);
+    // Facts already seen are not appended twice.
+    app.handle(data(Data::Facts {
+        facts: fixture::facts(140, 150),
+        reset: false,
+    }));
+    assert_eq!(app.row_count(View::Log), 40);
+    press(&mut app, "<End>");
+    assert!(app.follow_log);
+    assert_eq!(app.selected[View::Log.index()], 39);
+}
+
+#[test]
+fn sort_cycles_balances() {
+    let mut app = live_app(true);
+    press(&mut app, "4");
+    let names = |app: &App| -> Vec<String> {
+        app.visible_accounts()
+            .0
+            .iter()
+            .map(|a| a.account.to_string())
+            .collect()
+    };
+    assert_eq!(
+        names(&app),
+        ["alice", "bob", "carol", "dave", "mallory]0;pwned"]
+    );
+    press(&mut app, "ss");
+    assert_eq!(app.sorts.balances, BalanceSort::BalanceHighFirst);
+    assert_eq!(
+        names(&app),
+        ["bob", "carol", "alice", "mallory]0;pwned", "dave"]
+    );
+    // System accounts stay apart whatever the sort.
+    assert!(app.visible_accounts().1.iter().all(|a| a.is_system()));
+    assert_eq!(app.visible_accounts().1.len(), 4);
+}
+
+#[test]
+fn connection_state_follows_the_feed() {
+    let mut app = App::new(fixture::SERVER, true);
+    assert_eq!(app.connection, Connection::Connecting);
+    app.handle(data(Data::Disconnected {
+        error: "refused".into(),
+        attempt: 2,
+    }));
+    assert_eq!(
+        app.connection,
+        Connection::Disconnected {
+            error: "refused".into(),
+            attempt: 2
+        }
+    );
+    app.handle(data(Data::Snapshot(Box::new(fixture::snapshot(0, 0, 0)))));
+    assert_eq!(app.connection, Connection::Live);
+    for _ in 0..STALE_TICKS {
+        app.handle(Event::Tick);
+    }
+    assert_eq!(app.ticks_since_data, STALE_TICKS);
+    app.handle(data(Data::Snapshot(Box::new(fixture::snapshot(0, 0, 0)))));
+    assert_eq!(app.ticks_since_data, 0);
+}
+
+#[test]
+fn resize_sets_the_page_size() {
+    let mut app = live_app(true);
+    app.handle(Event::Resize(80, 9));
+    press(&mut app, "5<Home><PgDn>");
+    assert_eq!(app.selected[View::Log.index()], 3);
+}
