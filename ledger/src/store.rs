@@ -308,6 +308,7 @@ fn message_fingerprint(client: &ClientId, key: &Key, command: &Command) -> Finge
 
 const SHARDS: usize = 64;
 const ACTIVITY_PER_SHARD: usize = 4096;
+const ANSWERS_PER_SHARD: usize = 1024;
 
 #[derive(Debug, Clone)]
 struct Claim {
@@ -320,11 +321,23 @@ struct Claim {
 #[derive(Default)]
 struct Shard {
     claims: HashMap<(ClientId, Key), Claim>,
+    /// Durable answers of recently done keys, so most replays touch no storage. An
+    /// answer never changes once durable, so this cache cannot go stale; it is bounded
+    /// by being forgotten wholesale when full.
+    answers: HashMap<(ClientId, Key), (Fingerprint, Outcome)>,
     /// (replays, conflicts) per key, bounded: forgotten wholesale when full.
     activity: HashMap<(ClientId, Key), (u32, u32)>,
 }
 
 impl Shard {
+    fn remember(&mut self, ck: &(ClientId, Key), fingerprint: Fingerprint, outcome: &Outcome) {
+        if self.answers.len() >= ANSWERS_PER_SHARD {
+            self.answers.clear();
+        }
+        self.answers
+            .insert(ck.clone(), (fingerprint, outcome.clone()));
+    }
+
     fn note(&mut self, ck: &(ClientId, Key), replay: bool) {
         if self.activity.len() >= ACTIVITY_PER_SHARD && !self.activity.contains_key(ck) {
             self.activity.clear();
@@ -670,7 +683,19 @@ impl Ledger {
             // key is done by now, so this arrival cannot cause a second effect.
         } else if message.is_none() {
             // No claim: the key is either new or durably done (claims are released only
-            // after the flush), so a stored record may be answered from here.
+            // after the flush), so a stored answer may be given from here.
+            if let Some((stored, outcome)) = shard.answers.get(&ck) {
+                let seen = core::classify(Some(*stored), fingerprint);
+                let outcome = outcome.clone();
+                shard.note(&ck, seen != Seen::Reused);
+                drop(shard);
+                if seen == Seen::Reused {
+                    shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                    return reply(Ok(Submission::Reused));
+                }
+                shared.replayed.fetch_add(1, Ordering::Relaxed);
+                return reply(Ok(Submission::Replayed(outcome)));
+            }
             match shared.tree.get(scoped_key(P_KEY, client, key.as_str())) {
                 Err(e) => return reply(Err(io_err(e))),
                 Ok(None) => {}
@@ -690,9 +715,13 @@ impl Ledger {
                         }
                         Ok((_, rec)) => {
                             shard.note(&ck, true);
+                            let outcome = shared.stored_outcome(&rec);
+                            if let Ok(o) = &outcome {
+                                shard.remember(&ck, rec.fingerprint, o);
+                            }
                             drop(shard);
                             shared.replayed.fetch_add(1, Ordering::Relaxed);
-                            return reply(shared.stored_outcome(&rec).map(Submission::Replayed));
+                            return reply(outcome.map(Submission::Replayed));
                         }
                     }
                 }
@@ -872,29 +901,15 @@ impl Ledger {
 
     /// Pending keys (claimed, not yet durable), oldest first.
     pub fn pending(&self) -> Vec<KeyInfo> {
-        let now = self.shared.config.clock.now();
-        let lease = duration_ms(self.shared.config.lease);
         let mut out = Vec::new();
         for shard in &self.shared.shards {
             let shard = shard.lock();
-            for ((client, key), claim) in &shard.claims {
-                let (replays, conflicts) = shard
-                    .activity
-                    .get(&(client.clone(), key.clone()))
-                    .copied()
-                    .unwrap_or_default();
-                out.push(KeyInfo {
-                    client: client.clone(),
-                    key: key.clone(),
-                    status: KeyStatus::Pending,
-                    command: claim.command.clone(),
-                    since: claim.claimed_at,
-                    outcome: None,
-                    lease_expired: now >= claim.claimed_at.saturating_add_ms(lease),
-                    replays,
-                    conflicts,
-                });
-            }
+            out.extend(
+                shard
+                    .claims
+                    .iter()
+                    .map(|(ck, claim)| self.shared.pending_info(&shard, ck, claim)),
+            );
         }
         out.sort_by(|a, b| (a.since, &a.client, &a.key).cmp(&(b.since, &b.client, &b.key)));
         out
@@ -905,12 +920,8 @@ impl Ledger {
         let ck = (client.clone(), key.clone());
         {
             let shard = self.shared.shard(&ck).lock();
-            if shard.claims.contains_key(&ck) {
-                drop(shard);
-                return Ok(self
-                    .pending()
-                    .into_iter()
-                    .find(|k| k.client == *client && k.key == *key));
+            if let Some(claim) = shard.claims.get(&ck) {
+                return Ok(Some(self.shared.pending_info(&shard, &ck, claim)));
             }
         }
         match self
@@ -1101,6 +1112,23 @@ impl Shared {
         Ok(Outcome::from_fact(&fact))
     }
 
+    fn pending_info(&self, shard: &Shard, ck: &(ClientId, Key), claim: &Claim) -> KeyInfo {
+        let now = self.config.clock.now();
+        let lease = duration_ms(self.config.lease);
+        let (replays, conflicts) = shard.activity.get(ck).copied().unwrap_or_default();
+        KeyInfo {
+            client: ck.0.clone(),
+            key: ck.1.clone(),
+            status: KeyStatus::Pending,
+            command: claim.command.clone(),
+            since: claim.claimed_at,
+            outcome: None,
+            lease_expired: now >= claim.claimed_at.saturating_add_ms(lease),
+            replays,
+            conflicts,
+        }
+    }
+
     fn key_info(&self, client: &ClientId, key: &Key, bytes: &[u8]) -> Result<KeyInfo> {
         let rec = KeyRecord::decode(bytes).map_err(|e| self.corrupt(e))?;
         let outcome = self.stored_outcome(&rec)?;
@@ -1158,6 +1186,7 @@ enum Pending {
     Command {
         ck: (ClientId, Key),
         token: u64,
+        fingerprint: Fingerprint,
         reply: Reply,
         answer: Submission,
         arrived: Instant,
@@ -1336,6 +1365,7 @@ impl Committer {
                             Ok(answer) => staged.answers.push(Pending::Command {
                                 ck,
                                 token,
+                                fingerprint,
                                 reply,
                                 answer,
                                 arrived,
@@ -1731,6 +1761,7 @@ fn publish(shared: &Shared, applied: Applied) {
             Pending::Command {
                 ck,
                 token,
+                fingerprint,
                 reply,
                 answer,
                 arrived,
@@ -1747,7 +1778,15 @@ fn publish(shared: &Shared, applied: Applied) {
                 }
                 // Release before answering: a retry that follows the answer must find the
                 // key done, not pending.
-                shared.release(&ck, token);
+                {
+                    let mut shard = shared.shard(&ck).lock();
+                    if let Submission::Executed(outcome) = &answer {
+                        shard.remember(&ck, fingerprint, outcome);
+                    }
+                    if shard.claims.get(&ck).is_some_and(|c| c.token == token) {
+                        shard.claims.remove(&ck);
+                    }
+                }
                 reply(Ok(answer));
             }
             Pending::Quarantine { reply, id } => reply(Ok(id)),
