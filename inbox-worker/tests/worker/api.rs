@@ -276,6 +276,28 @@ fn concurrent_identical_requests_make_one_effect() {
         saw_409,
         "48 concurrent duplicates never met an in-flight twin"
     );
+    // Every 409 is an operator-visible conflict, not only the reused keys.
+    let snap = http.get("/v1/live/snapshot").json();
+    let conflicts = snap["conflicts"].as_array().unwrap();
+    let in_flight = conflicts
+        .iter()
+        .find(|c| c["kind"] == "in_flight")
+        .unwrap_or_else(|| panic!("no in_flight conflict after a 409: {conflicts:?}"));
+    assert_eq!(in_flight["client"], "default");
+    assert!(
+        in_flight["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("double-click-"),
+        "{in_flight}"
+    );
+    assert_eq!(in_flight["command"], "withdraw");
+    assert_eq!(in_flight["differs"], serde_json::json!([]));
+    assert!(
+        in_flight["at"].as_str().unwrap().ends_with('Z'),
+        "{in_flight}"
+    );
+    assert!(snap["counters"]["conflicts_in_flight"].as_u64().unwrap() >= 1);
     let out = {
         drop(http);
         assert_eq!(w.term().code(), Some(0));
@@ -354,6 +376,28 @@ fn two_tokens_are_isolated() {
     let one = admin.get("/v1/live/keys/shop/k");
     assert_eq!(one.status, 200, "{}", one.body);
     assert_eq!(one.json()["fact"]["type"], "DepositRecorded");
+    // The dashboard reads balances with the operator token.
+    let accounts = admin.get("/v1/accounts");
+    assert_eq!(accounts.status, 200, "{}", accounts.body);
+    let accounts = accounts.json();
+    let balance = |name: &str| {
+        accounts["accounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["account"] == name)
+            .map(|a| a["balance"].clone())
+    };
+    assert_eq!(balance("gus"), Some(serde_json::json!(100)));
+    assert_eq!(balance("hal"), Some(serde_json::json!(700)));
+    assert_eq!(accounts["sums"]["RUB"], 0);
+    assert_eq!(admin.balance("hal"), 700);
+    problem(&anon.get("/v1/accounts"), 401, "unauthorized");
+    problem(
+        &anon.with_token("wrong").get("/v1/accounts"),
+        401,
+        "unauthorized",
+    );
 }
 
 #[test]

@@ -1,10 +1,12 @@
-//! The one integration-test binary of ledger-tui: screens, key sequences, the sanitizer.
+//! The one integration-test binary of ledger-tui: screens, key sequences, the sanitizer,
+//! and the end-to-end run in tmux against a real worker.
 #![allow(clippy::unwrap_used)]
 
 mod fixture;
 mod render;
 mod sanitize;
 mod state;
+mod tmux;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ledger_tui::{App, Event};

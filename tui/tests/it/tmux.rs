@@ -1,0 +1,391 @@
+//! End to end in tmux: a real `inbox-worker serve`, the real `ledger-tui` in a detached
+//! tmux pane of fixed size, commands sent with the real CLI, and the screen read back with
+//! `capture-pane` the way an operator would see it. Every wait is a bounded poll that
+//! fails with the last screen, never a fixed sleep.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Generous for a loaded 2-core CI machine; a healthy run needs well under a second per
+/// step (the dashboard polls at 4 Hz).
+const SCREEN_WAIT: Duration = Duration::from_secs(20);
+const WIDTH: u16 = 120;
+const HEIGHT: u16 = 40;
+
+/// The pane's shell runs the dashboard, then prints its exit status and whether the
+/// terminal is back in canonical (cooked) mode, i.e. raw mode was undone. The line is
+/// printed only once the dashboard is gone, since the shell waits for it. The shell then
+/// stays (until the tmux server is killed) so the pane and its last screen remain:
+/// tmux 3.3's `remain-on-exit` loses lines printed just before the command exits.
+const AFTER_EXIT: &str = r#""$0" --server "$1"; status=$?
+if stty -a | grep -q -- '-icanon'; then mode=raw; else mode=cooked; fi
+echo "ledger-tui exited: status $status, terminal $mode"
+exec sleep 3600"#;
+
+#[test]
+fn dashboard_follows_a_real_worker_in_tmux() {
+    require_tmux();
+    let dir = tempfile::tempdir().unwrap();
+    let worker = Worker::start(&dir.path().join("ledger"), &dir.path().join("worker.log"));
+    let tmux = Tmux::start(
+        &dir.path().join("tmux.sock"),
+        &[
+            "sh",
+            "-c",
+            AFTER_EXIT,
+            env!("CARGO_BIN_EXE_ledger-tui"),
+            &worker.base,
+        ],
+    );
+
+    tmux.wait_for("the dashboard to connect", |s| s.contains("● live · seq 0"));
+
+    // One of each: a first execution, a withdrawal, a retry (replay), and the same key
+    // with another amount (a reused key: exit 5, nothing moves).
+    let cli = |args: &[&str]| worker.submit(args);
+    let deposit = cli(&[
+        "deposit",
+        "--key",
+        "dep-1",
+        "--account",
+        "alice",
+        "--amount",
+        "1000",
+        "--currency",
+        "RUB",
+    ]);
+    assert_exit(&deposit, 0, "applied:");
+    let withdraw = [
+        "withdraw",
+        "--key",
+        "wd-1",
+        "--account",
+        "alice",
+        "--amount",
+        "300",
+        "--currency",
+        "RUB",
+    ];
+    assert_exit(&cli(&withdraw), 0, "applied:");
+    assert_exit(&cli(&withdraw), 0, "replayed:");
+    let mut other_amount = withdraw;
+    other_amount[6] = "250";
+    assert_exit(&cli(&other_amount), 5, "");
+
+    // Overview: two keys done, one duplicate absorbed, one 422 reused-key conflict.
+    let overview = tmux.wait_for("the overview to show the commands", |s| {
+        let s = squeeze(s);
+        s.contains("● live · seq 2")
+            && s.contains("done 2 ")
+            && s.contains("duplicates absorbed 1")
+            && s.contains("applied 2 · rejected 0 · replayed 1")
+            && s.contains("409 in flight 0 · 422 reused 1")
+    });
+    assert!(overview.contains("Throughput"), "{overview}");
+
+    tmux.press("2");
+    let keys = tmux.wait_for("the keys view to list both keys", |s| {
+        has_row(
+            s,
+            &["done", "default", "dep-1", "deposit", "alice", "1000 RUB"],
+        ) && has_row(
+            s,
+            &["done", "default", "wd-1", "withdraw", "alice", "300 RUB"],
+        )
+    });
+    assert!(squeeze(&keys).contains("Keys · 2 shown"), "{keys}");
+    assert!(
+        !keys.contains("Throughput"),
+        "still on the overview:\n{keys}"
+    );
+
+    tmux.press("3");
+    let conflicts = tmux.wait_for("the conflicts view to show the reused key", |s| {
+        has_row(s, &["422 reused", "default", "wd-1", "withdraw", "amount"])
+    });
+    assert!(!conflicts.contains("dep-1"), "{conflicts}");
+
+    tmux.press("4");
+    let balances = tmux.wait_for("the balances view to show alice", |s| {
+        has_row(s, &["alice", "RUB", "700"])
+    });
+    for row in [["@payouts", "RUB", "300"], ["@world", "RUB", "-1000"]] {
+        assert!(has_row(&balances, &row), "missing {row:?} in\n{balances}");
+    }
+    assert!(squeeze(&balances).contains("RUB = 0 ✓"), "{balances}");
+
+    tmux.press("?");
+    tmux.wait_for("the help overlay", |s| {
+        s.contains("┌ Help") && s.contains("any key closes this help")
+    });
+    // Any key closes the help and leaves the view as it was.
+    tmux.press("j");
+    tmux.wait_for("the help to close over the balances", |s| {
+        !s.contains("┌ Help") && has_row(s, &["alice", "RUB", "700"])
+    });
+
+    tmux.press("q");
+    let after = tmux.wait_for("ledger-tui to exit after q", |s| {
+        s.contains("ledger-tui exited")
+    });
+    assert!(
+        after.contains("ledger-tui exited: status 0, terminal cooked"),
+        "the dashboard did not exit cleanly or left the terminal raw:\n{after}"
+    );
+    for drawn in ["Overview", "Accounts", "alice", "live"] {
+        assert!(
+            !after.contains(drawn),
+            "{drawn:?} is still on the screen after quitting: the alternate screen was \
+             not left\n{after}"
+        );
+    }
+    assert_eq!(
+        tmux.format("#{alternate_on}"),
+        "0",
+        "still on the alternate screen"
+    );
+}
+
+/// Fails, never skips: CI installs tmux (`.ci/run`), and a silently skipped end-to-end
+/// test would pass for the wrong reason.
+fn require_tmux() {
+    let found = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("tmux is not installed on this CI machine; .ci/run should have installed it");
+    }
+    panic!(
+        "this end-to-end test drives the dashboard in tmux, which is not installed: \
+         install tmux (e.g. `apt-get install tmux`; .ci/run does it on CI) and run again"
+    );
+}
+
+fn assert_exit(out: &Output, code: i32, stdout_starts: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stdout.starts_with(stdout_starts),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}
+
+/// The screen with runs of spaces collapsed, so checks do not depend on column widths.
+fn squeeze(screen: &str) -> String {
+    let mut out = String::with_capacity(screen.len());
+    for c in screen.chars() {
+        if !(c == ' ' && out.ends_with(' ')) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether one line of the screen holds all `cells` in order.
+fn has_row(screen: &str, cells: &[&str]) -> bool {
+    screen.lines().any(|line| {
+        let mut rest = line;
+        cells.iter().all(|cell| match rest.find(cell) {
+            Some(at) => {
+                rest = &rest[at + cell.len()..];
+                true
+            }
+            None => false,
+        })
+    })
+}
+
+// ---- the worker -------------------------------------------------------------------------
+
+/// The worker binary sits next to the dashboard's in the same target folder. `cargo test
+/// --workspace` builds it (the worker's own tests need it); when only this package was
+/// built it is built here.
+fn worker_bin() -> PathBuf {
+    let tui = Path::new(env!("CARGO_BIN_EXE_ledger-tui"));
+    let dir = tui.parent().unwrap();
+    let bin = dir.join(format!("inbox-worker{}", std::env::consts::EXE_SUFFIX));
+    if bin.exists() {
+        return bin;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "-p", "inbox-worker", "--bin", "inbox-worker"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            build.arg("--release");
+        }
+        Some(profile) => {
+            build.args(["--profile", profile]);
+        }
+    }
+    let status = build.status().unwrap();
+    assert!(status.success(), "building inbox-worker failed: {status}");
+    assert!(
+        bin.exists(),
+        "built inbox-worker, but it is not next to ledger-tui at {}",
+        bin.display()
+    );
+    bin
+}
+
+/// A running `inbox-worker serve` on a port the kernel picks; killed on drop.
+struct Worker {
+    child: Child,
+    bin: PathBuf,
+    base: String,
+    log: PathBuf,
+}
+
+impl Worker {
+    fn start(db: &Path, log: &Path) -> Worker {
+        let bin = worker_bin();
+        let mut child = Command::new(&bin)
+            .args(["serve", "--db"])
+            .arg(db)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    let _ = tx.send(addr.to_owned());
+                }
+            }
+        });
+        let mut worker = Worker {
+            child,
+            bin,
+            base: String::new(),
+            log: log.to_owned(),
+        };
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(base) => worker.base = base,
+            Err(_) => panic!("the worker did not start:\n{}", worker.log()),
+        }
+        worker
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `inbox-worker submit ARGS --server BASE`, with no token from the environment.
+    fn submit(&self, args: &[&str]) -> Output {
+        Command::new(&self.bin)
+            .arg("submit")
+            .args(args)
+            .args(["--server", &self.base])
+            .env_remove("IDEM_TOKEN")
+            .env_remove("IDEM_SERVER")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---- tmux -------------------------------------------------------------------------------
+
+/// A tmux server of its own (its socket in the test's temporary folder, no config file),
+/// so neither the user's sessions nor their `.tmux.conf` play a part; killed on drop, with
+/// everything running in it.
+struct Tmux {
+    socket: PathBuf,
+}
+
+const SESSION: &str = "tui";
+
+impl Tmux {
+    /// Starts `command` (argv, run without a shell) in a detached WIDTHxHEIGHT session.
+    fn start(socket: &Path, command: &[&str]) -> Tmux {
+        let tmux = Tmux {
+            socket: socket.to_owned(),
+        };
+        let (w, h) = (WIDTH.to_string(), HEIGHT.to_string());
+        let mut args = vec!["new-session", "-d", "-s", SESSION, "-x", &w, "-y", &h];
+        args.extend_from_slice(command);
+        let out = tmux.command(&args);
+        assert!(
+            out.status.success(),
+            "tmux new-session failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tmux
+    }
+
+    fn command(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .arg("-S")
+            .arg(&self.socket)
+            .args(["-f", "/dev/null"])
+            .args(args)
+            // The dashboard would send this token; the worker here has none.
+            .env_remove("LEDGER_TUI_TOKEN")
+            .env_remove("NO_COLOR")
+            .output()
+            .unwrap()
+    }
+
+    fn capture(&self) -> String {
+        let out = self.command(&["capture-pane", "-p", "-t", SESSION]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn format(&self, format: &str) -> String {
+        let out = self.command(&["display-message", "-p", "-t", SESSION, format]);
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Types keys literally, as a person at the keyboard would.
+    fn press(&self, keys: &str) {
+        let out = self.command(&["send-keys", "-t", SESSION, "-l", keys]);
+        assert!(out.status.success(), "tmux send-keys {keys:?} failed");
+    }
+
+    /// Polls the screen until `ready` holds; fails with the last capture.
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + SCREEN_WAIT;
+        loop {
+            let screen = self.capture();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {SCREEN_WAIT:?} waiting for {what}; the screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.command(&["kill-server"]);
+    }
+}
