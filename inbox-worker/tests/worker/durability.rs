@@ -122,3 +122,102 @@ fn sigkill_under_load_loses_nothing_acknowledged() {
     assert!(out.status.success(), "{report}");
     assert!(report.contains("all guarantees hold"), "{report}");
 }
+
+/// Unmounts the small file system when the test ends, however it ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Storage unavailable, for real: the ledger's folder on a 4 MiB tmpfs that is then filled
+/// up. The first command whose sync fails is answered 503 `unavailable` (never a false
+/// 201), `/healthz` turns 503, and after space is freed and the worker restarted, every
+/// acknowledged answer replays identically and the refused key runs exactly once.
+#[test]
+fn a_full_disk_answers_503_and_loses_nothing() {
+    let (dir, _) = scratch();
+    let mnt = dir.path().join("small");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "this test mounts a small tmpfs to fill it up: run it as root (CI does)"
+    );
+    let _guard = Mounted(mnt.clone());
+    let db = mnt.join("ledger");
+    let w = Worker::start(&db, &[]);
+    let http = w.http();
+    let first = http.deposit("d0", "zed", 1_000_000);
+    assert_eq!(first.status, 201);
+
+    // Fill what is left of the file system.
+    let filler = mnt.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        let _ = f.sync_all();
+    }
+
+    let mut acknowledged = vec![("d0".to_owned(), first)];
+    let mut refused = None;
+    for i in 0..2_000 {
+        let key = format!("w{i}");
+        let r = http.withdraw(&key, "zed", 1);
+        match r.status {
+            201 => acknowledged.push((key, r)),
+            503 => {
+                assert_eq!(r.code(), "unavailable", "{}", r.body);
+                refused = Some(key);
+                break;
+            }
+            other => panic!("unexpected {other}: {}", r.body),
+        }
+    }
+    let refused = refused.expect("a full disk never made a command fail");
+    assert_eq!(http.get("/healthz").status, 503);
+    // Further commands are refused too: nothing is written until the worker is restarted.
+    assert_eq!(http.withdraw("after", "zed", 1).status, 503);
+    w.kill9();
+
+    std::fs::remove_file(&filler).unwrap();
+    let w = Worker::start(&db, &[]);
+    let http = w.http();
+    for (key, before) in &acknowledged {
+        let after = if key == "d0" {
+            http.deposit(key, "zed", 1_000_000)
+        } else {
+            http.withdraw(key, "zed", 1)
+        };
+        assert!(after.replayed, "{key}");
+        assert_eq!(
+            (after.status, &after.body),
+            (before.status, &before.body),
+            "{key}"
+        );
+    }
+    // The refused command may or may not have reached the disk before the failure; either
+    // way a retry gets exactly one effect.
+    let retry = http.withdraw(&refused, "zed", 1);
+    assert_eq!(retry.status, 201, "{}", retry.body);
+    let withdrawn = i64::try_from(acknowledged.len()).unwrap(); // d0 counts as one
+    assert_eq!(http.balance("zed"), 1_000_000 - withdrawn);
+    assert_eq!(w.term().code(), Some(0));
+    let out = run(&["verify", "--db", db.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
