@@ -608,17 +608,7 @@ impl Ledger {
 
     /// Submits a command and waits for its durable answer.
     pub fn submit(&self, client: &ClientId, key: &Key, command: Command) -> Result<Submission> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.submit_with(
-            client,
-            key,
-            command,
-            None,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        rx.recv().unwrap_or(Err(LedgerError::Closed))
+        wait_for(|reply| self.submit_with(client, key, command, None, reply))
     }
 
     /// Submits a message through the inbox: deduplicated by its id in the same commit as
@@ -630,17 +620,7 @@ impl Ledger {
         key: &Key,
         command: Command,
     ) -> Result<Submission> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.submit_with(
-            client,
-            key,
-            command,
-            Some(message_id.clone()),
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
-        rx.recv().unwrap_or(Err(LedgerError::Closed))
+        wait_for(|reply| self.submit_with(client, key, command, Some(message_id.clone()), reply))
     }
 
     /// Submits without waiting: `reply` is called once with the answer. This is the
@@ -776,17 +756,14 @@ impl Ledger {
             }
             text.truncate(cut);
         }
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let request = Request::Quarantine {
-            message_id,
-            reason,
-            payload: text,
-            reply: Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        };
-        self.tx.send(request).map_err(|_| LedgerError::Closed)?;
-        rx.recv().unwrap_or(Err(LedgerError::Closed))
+        wait_for(|reply| {
+            self.request(Request::Quarantine {
+                message_id,
+                reason,
+                payload: text,
+                reply,
+            });
+        })
     }
 
     pub fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>> {
@@ -801,29 +778,19 @@ impl Ledger {
     /// Expires the stored responses of done keys older than the retention, as of the
     /// clock's now. Returns how many keys expired.
     pub fn sweep(&self) -> Result<usize> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.tx
-            .send(Request::Sweep {
-                reply: Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            })
-            .map_err(|_| LedgerError::Closed)?;
-        rx.recv().unwrap_or(Err(LedgerError::Closed))
+        wait_for(|reply| self.request(Request::Sweep { reply }))
     }
 
     /// Rebuilds every projection from the log and checks the guarantees. Runs on the
     /// committer, between batches, so it sees one consistent state.
     pub fn verify(&self) -> Result<VerifyReport> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        self.tx
-            .send(Request::Verify {
-                reply: Box::new(move |r| {
-                    let _ = tx.send(r);
-                }),
-            })
-            .map_err(|_| LedgerError::Closed)?;
-        rx.recv().unwrap_or(Err(LedgerError::Closed))
+        wait_for(|reply| self.request(Request::Verify { reply }))
+    }
+
+    /// Queues a request for the committer. If it has stopped, the request (and its reply)
+    /// is dropped, which its waiter reads as `Closed`.
+    fn request(&self, request: Request) {
+        let _ = self.tx.send(request);
     }
 
     /// Stops the committer after what was submitted before, until the guard is dropped:
@@ -1012,6 +979,17 @@ impl Drop for Ledger {
             self.shutdown();
         }
     }
+}
+
+/// Calls `start` with a reply callback and waits for the answer: the blocking face of
+/// every callback-based entry point. A reply dropped unanswered (the committer stopped)
+/// reads as `Closed`.
+fn wait_for<T: Send + 'static>(start: impl FnOnce(Box<dyn FnOnce(Result<T>) + Send>)) -> Result<T> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    start(Box::new(move |r| {
+        let _ = tx.send(r);
+    }));
+    rx.recv().unwrap_or(Err(LedgerError::Closed))
 }
 
 fn duration_ms(d: Duration) -> i64 {
