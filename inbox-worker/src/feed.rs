@@ -315,7 +315,8 @@ pub(crate) async fn live_keys(
     let now = app.ledger.config().clock.now();
     let mut rows = Vec::new();
     let mut next = None;
-    // With a filter, pages are read until the answer is full, at most this many.
+    // With a text filter, ledger pages are read until the answer is full, at most this
+    // many; the cursor then says where the next request goes on.
     for _ in 0..20 {
         let page = app.ledger.keys(
             status,
@@ -330,23 +331,35 @@ pub(crate) async fn live_keys(
                 return app.fail(Problem::unavailable());
             }
         };
-        let full_page = page.len() == limit && status != Some(KeyStatus::Pending);
-        for k in &page {
-            after = Some((k.client.clone(), k.key.clone()));
+        let mut stopped_at = None;
+        for k in &page.keys {
             let hit = q.as_ref().is_none_or(|q| {
                 k.client.as_str().contains(q.as_str()) || k.key.as_str().contains(q.as_str())
             });
             if hit {
                 rows.push(key_json(k, now));
                 if rows.len() == limit {
+                    stopped_at = Some((k.client.clone(), k.key.clone()));
                     break;
                 }
             }
         }
-        next = full_page
-            .then(|| after.as_ref().map(|(c, k)| encode_cursor(c, k)))
-            .flatten();
-        if rows.len() >= limit || !full_page {
+        after = match stopped_at {
+            // The answer filled up inside this page: go on right after its last row,
+            // unless that row was also the listing's last.
+            Some(at) => {
+                let ended_here = page.next.is_none()
+                    && page
+                        .keys
+                        .last()
+                        .is_some_and(|l| l.client == at.0 && l.key == at.1);
+                (!ended_here).then_some(at)
+            }
+            // The whole page was read: go on where the ledger's page ended (None: the end).
+            None => page.next.clone(),
+        };
+        next = after.as_ref().map(|(c, k)| encode_cursor(c, k));
+        if rows.len() >= limit || after.is_none() {
             break;
         }
     }

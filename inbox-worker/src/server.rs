@@ -722,12 +722,10 @@ async fn keys(State(app): State<Shared>, headers: HeaderMap, q: Params) -> Respo
         limit,
     );
     match listed {
-        Ok(list) => {
+        Ok(page) => {
             let now = app.ledger.config().clock.now();
-            let next = (list.len() == limit)
-                .then(|| list.last().map(|k| k.key.as_str().to_owned()))
-                .flatten();
-            let rows: Vec<Value> = list.iter().map(|k| feed::key_json(k, now)).collect();
+            let next = page.next.map(|(_, k)| k.as_str().to_owned());
+            let rows: Vec<Value> = page.keys.iter().map(|k| feed::key_json(k, now)).collect();
             json_ok(&json!({"keys": rows, "next": next}))
         }
         Err(e) => {

@@ -17,7 +17,7 @@ pub use domain::{
 pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
 pub use projection::{Balances, Observed, Stats};
 pub use store::{
-    CommitMetrics, Config, KeyInfo, KeyStatus, Ledger, LedgerError, OpenReport, PauseGuard,
-    Quarantined, Submission,
+    CommitMetrics, Config, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyStatus, Ledger, LedgerError,
+    OpenReport, PauseGuard, Quarantined, Submission,
 };
 pub use verify::{VerifyReport, Violation};

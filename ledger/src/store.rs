@@ -167,6 +167,18 @@ impl KeyStatus {
     }
 }
 
+/// The most key records one call of [`Ledger::keys`] reads, so that a filter that matches
+/// little cannot make one request scan a million keys.
+pub const KEYS_SCAN_MAX: usize = 20_000;
+
+/// A page of keys, and where the next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPage {
+    pub keys: Vec<KeyInfo>,
+    /// Pass as `after` to go on; `None` when the listing is complete.
+    pub next: Option<(ClientId, Key)>,
+}
+
 /// One key, for listings and the dashboard.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyInfo {
@@ -903,27 +915,29 @@ impl Ledger {
     }
 
     /// Done and expired keys in (client, key) order after `after`, filtered, at most
-    /// `limit`. Pages: pass the last returned (client, key) as `after`.
+    /// `limit`. `KeyPage::next` says where to go on, also when a filtered scan stopped
+    /// (it reads at most [`KEYS_SCAN_MAX`] records a call) before finding `limit` keys;
+    /// `None` means the end. Pending keys (`status` pending) come from memory, in one page.
     pub fn keys(
         &self,
         status: Option<KeyStatus>,
         client: Option<&ClientId>,
         after: Option<(&ClientId, &Key)>,
         limit: usize,
-    ) -> Result<Vec<KeyInfo>> {
+    ) -> Result<KeyPage> {
         if status == Some(KeyStatus::Pending) {
-            return Ok(self
+            let keys = self
                 .pending()
                 .into_iter()
                 .filter(|k| client.is_none_or(|c| *c == k.client))
                 .take(limit)
-                .collect());
+                .collect();
+            return Ok(KeyPage { keys, next: None });
         }
         let prefix = match client {
             Some(c) => scoped_key(P_KEY, c, ""),
             None => vec![P_KEY],
         };
-        let mut out = Vec::new();
         let iter = match after {
             Some((c, k)) => {
                 let mut start = scoped_key(P_KEY, c, k.as_str());
@@ -932,32 +946,41 @@ impl Ledger {
             }
             None => self.shared.tree.range(prefix.clone()..),
         };
-        // Expired keys are scanned past cheaply: only the status is needed to filter,
-        // and at most this many records are read per page.
+        let mut page = KeyPage {
+            keys: Vec::new(),
+            next: None,
+        };
+        let mut last = None;
         for (scanned, item) in iter.enumerate() {
             let (k, v) = item.map_err(io_err)?;
-            if !k.starts_with(&prefix) || out.len() >= limit || scanned >= 100_000 {
-                break;
+            if !k.starts_with(&prefix) {
+                return Ok(page);
+            }
+            if page.keys.len() >= limit || scanned >= KEYS_SCAN_MAX {
+                page.next = last;
+                return Ok(page);
             }
             let Some((c, key)) = split_scoped(&k) else {
                 return Err(self
                     .shared
                     .corrupt(DecodeError::new("key record key", "shape")));
             };
+            last = Some((c.clone(), key.clone()));
             if let Some(want) = status {
+                // Only the status is needed to filter: skipped keys cost one decode.
                 let rec = KeyRecord::decode(&v).map_err(|e| self.shared.corrupt(e))?;
-                let is = if !rec.expired {
-                    KeyStatus::Done
-                } else {
+                let is = if rec.expired {
                     KeyStatus::Expired
+                } else {
+                    KeyStatus::Done
                 };
                 if is != want {
                     continue;
                 }
             }
-            out.push(self.shared.key_info(&c, &key, &v)?);
+            page.keys.push(self.shared.key_info(&c, &key, &v)?);
         }
-        Ok(out)
+        Ok(page)
     }
 
     /// Bytes on disk of the ledger's folder.
