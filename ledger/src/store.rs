@@ -208,6 +208,22 @@ pub struct Quarantined {
     pub payload: String,
 }
 
+// ---- crash points --------------------------------------------------------------------
+
+/// A named point at a commit boundary where a test can make the process die, to check that
+/// what was in flight there is all there or not there at all after reopening. With the
+/// `failpoints` feature a point is armed by `fail::cfg(name, "3*off->return")` (die at the
+/// fourth pass); without it the macro is nothing. The points: `commit.before_apply`,
+/// `commit.after_apply`, `sync.before_flush`, `sync.after_flush`.
+macro_rules! crash_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        if fail::eval($name, |_| ()).is_some() {
+            std::process::abort();
+        }
+    };
+}
+
 // ---- record layout -------------------------------------------------------------------
 
 pub(crate) const P_FACT: u8 = b'f';
@@ -1638,6 +1654,7 @@ impl Committer {
         } = staged;
         batch.insert(STATS_KEY, encode(&*stats));
         let failed = self.shared.failed.lock().clone();
+        crash_point!("commit.before_apply");
         let error = match failed {
             Some(reason) => Some(LedgerError::Unavailable(reason)),
             None => self
@@ -1647,6 +1664,7 @@ impl Committer {
                 .err()
                 .map(|e| self.shared.fail(e.to_string())),
         };
+        crash_point!("commit.after_apply");
         if error.is_some() {
             // The working state stays as it was before this batch.
             *stats = self.stats.clone();
@@ -1714,7 +1732,12 @@ fn sync_loop(shared: &Shared, rx: &Receiver<Applied>) {
         let failed = shared.failed.lock().clone();
         let synced = match failed {
             Some(reason) => Err(LedgerError::Unavailable(reason)),
-            None => durable(shared).map_err(|e| shared.fail(e.to_string())),
+            None => {
+                crash_point!("sync.before_flush");
+                let synced = durable(shared).map_err(|e| shared.fail(e.to_string()));
+                crash_point!("sync.after_flush");
+                synced
+            }
         };
         // A "batch" in the metrics is what one sync made durable.
         let commands = group

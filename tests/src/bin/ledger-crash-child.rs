@@ -1,6 +1,8 @@
 //! The child of the crash test: opens the ledger and submits the workload from several
 //! threads, printing one `ACK` line per durable answer, until it is killed.
 //! Usage: ledger-crash-child DB_PATH SEED
+//! With IDEM_CRASH_AT=POINT:N the process aborts itself at the N+1-th pass of the named
+//! crash point (see the ledger's `crash_point!`) instead of waiting to be killed.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -15,6 +17,16 @@ fn main() {
         std::process::exit(2);
     };
     let seed: u64 = seed.parse().unwrap_or(0);
+    if let Ok(at) = std::env::var("IDEM_CRASH_AT") {
+        let Some((point, passes)) = at.split_once(':') else {
+            eprintln!("IDEM_CRASH_AT must be POINT:N");
+            std::process::exit(2);
+        };
+        if let Err(e) = fail::cfg(point, &format!("{passes}*off->return")) {
+            eprintln!("arming {point} failed: {e}");
+            std::process::exit(2);
+        }
+    }
     let (ledger, report) = match Ledger::open(Config::new(path)) {
         Ok(x) => x,
         Err(e) => {

@@ -1,0 +1,68 @@
+//! Failpoints at the commit boundaries: the crash child arms one named crash point and
+//! aborts itself there, mid-commit, under concurrent load. After each crash the parent
+//! reopens the ledger: every acknowledged answer is there, identical, and `verify` passes,
+//! so the batch caught at the point is wholly there or wholly absent.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+
+use idem_tests::{Child, check_after_crash, collect_acks};
+
+const POINTS: [&str; 4] = [
+    "commit.before_apply",
+    "commit.after_apply",
+    "sync.before_flush",
+    "sync.after_flush",
+];
+
+#[test]
+fn every_commit_boundary_is_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger");
+    let mut acked: HashMap<String, String> = HashMap::new();
+    let mut fired = 0;
+    for (i, point) in POINTS.iter().enumerate() {
+        // Early (the first batches), and later, with many batches behind.
+        for (j, passes) in [0u64, 3, 40].into_iter().enumerate() {
+            let seed = u64::try_from(i * 10 + j).unwrap();
+            let child = Child::start(
+                env!("CARGO_BIN_EXE_ledger-crash-child"),
+                &path,
+                seed,
+                &[("IDEM_CRASH_AT", format!("{point}:{passes}"))],
+            )
+            .unwrap();
+            let (status, lines, stderr, timed_out) = child.finish(Duration::from_secs(60)).unwrap();
+            assert!(
+                !timed_out,
+                "{point} after {passes} passes never fired:\n{stderr}"
+            );
+            assert_eq!(
+                status.signal(),
+                Some(libc_sigabrt()),
+                "{point}: the child must die at the crash point, not otherwise: {status:?}\n{stderr}"
+            );
+            fired += 1;
+            collect_acks(&lines, &mut acked).unwrap_or_else(|e| panic!("{point}: {e}"));
+            check_after_crash(&path, &acked)
+                .unwrap_or_else(|e| panic!("{point} after {passes}: {e}"));
+        }
+    }
+    assert_eq!(fired, POINTS.len() * 3);
+    assert!(
+        !acked.is_empty(),
+        "nothing was acknowledged before the crashes"
+    );
+    println!(
+        "{fired} crashes at {} points, {} acknowledged keys intact",
+        POINTS.len(),
+        acked.len()
+    );
+}
+
+/// SIGABRT, which `std::process::abort` raises.
+fn libc_sigabrt() -> i32 {
+    6
+}
