@@ -742,10 +742,14 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         return;
     }
     if keys.is_empty() {
-        frame.render_widget(
-            Paragraph::new(Span::styled("no keys match", theme.dim())),
-            inner,
-        );
+        // The worker reads a bounded stretch of keys per page, so an empty page with a
+        // next one says "not here yet", not "nowhere".
+        let text = if page.is_some_and(|p| p.next.is_some()) {
+            "no keys match on this page; ] reads on"
+        } else {
+            "no keys match"
+        };
+        frame.render_widget(Paragraph::new(Span::styled(text, theme.dim())), inner);
         return;
     }
     let width = inner.width;
