@@ -141,23 +141,11 @@ pub fn parse_body(kind: CommandKind, body: &[u8]) -> Result<Command, Invalid> {
 
 /// The HTTP body of a command, as the CLI client sends it.
 pub fn body_of(command: &Command) -> serde_json::Value {
-    match command {
-        Command::Deposit {
-            account,
-            amount,
-            currency,
-        }
-        | Command::Withdraw {
-            account,
-            amount,
-            currency,
-        } => serde_json::json!({
-            "account": account.as_str(), "amount": amount.units(), "currency": currency.as_str()
-        }),
-        Command::Refund { withdrawal, amount } => serde_json::json!({
-            "withdrawal": withdrawal.as_str(), "amount": amount.units()
-        }),
-    }
+    let mut map = serde_json::Map::new();
+    ledger::fact::json::command_fields(command, &mut map);
+    // The endpoint names the command; the body carries only its fields.
+    map.remove("command");
+    serde_json::Value::Object(map)
 }
 
 pub fn kind_of(command: &Command) -> CommandKind {
