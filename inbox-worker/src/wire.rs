@@ -71,6 +71,18 @@ fn describe(e: &serde_json::Error, shape: &str) -> Invalid {
     ))
 }
 
+/// serde's derived structs also accept a JSON array of the fields in order
+/// (`["alice",1,"RUB"]`); a command must be an object with named fields, so anything that
+/// does not start as one is refused before it is decoded.
+fn require_object(json: &[u8], shape: &str) -> Result<(), Invalid> {
+    match json.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(Invalid::new(format!(
+            "the body must be a JSON object with exactly: {shape}"
+        ))),
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MovementBody {
@@ -125,6 +137,7 @@ fn refund(body: RefundBody) -> Result<Command, Invalid> {
 
 /// Parses an HTTP body for the given endpoint.
 pub fn parse_body(kind: CommandKind, body: &[u8]) -> Result<Command, Invalid> {
+    require_object(body, kind.fields())?;
     match kind {
         CommandKind::Deposit | CommandKind::Withdraw => {
             let b: MovementBody =
@@ -205,13 +218,26 @@ const MESSAGE_SHAPE: &str = "message_id, key, optional client, and command \
 /// Decodes one inbox line. The message id, when it can be read at all, is returned with
 /// the error so the quarantine can name it.
 pub fn parse_message(line: &[u8]) -> Result<Message, (Option<String>, Invalid)> {
+    // The line and its command must both be objects (see `require_object`); the nested
+    // command is checked on a generic parse, which also finds the id for the quarantine.
+    let generic = serde_json::from_slice::<serde_json::Value>(line).ok();
+    let id_of = |v: &serde_json::Value| v.get("message_id")?.as_str().map(str::to_owned);
+    require_object(line, MESSAGE_SHAPE).map_err(|e| (None, e))?;
+    if let Some(v) = &generic
+        && v.get("command").is_some_and(|c| !c.is_object())
+    {
+        return Err((
+            id_of(v),
+            Invalid::new(format!("command must be a JSON object: {MESSAGE_SHAPE}")),
+        ));
+    }
     let m: MessageLine = serde_json::from_slice(line).map_err(|e| {
         // A best-effort look at the id, for the quarantine record: it is the operator's
         // own data, kept beside the payload, never sent to a client.
-        let id = serde_json::from_slice::<serde_json::Value>(line)
-            .ok()
-            .and_then(|v| v.get("message_id")?.as_str().map(str::to_owned));
-        (id, describe(&e, MESSAGE_SHAPE))
+        (
+            generic.as_ref().and_then(id_of),
+            describe(&e, MESSAGE_SHAPE),
+        )
     })?;
     let id = Some(m.message_id.clone());
     let fail = |i: Invalid| (id.clone(), i);
@@ -436,6 +462,18 @@ mod tests {
                 .unwrap_err();
         assert_eq!(id.as_deref(), Some("m2"));
         assert!(parse_message(b"not json").is_err());
+        // Arrays of the fields in order are not commands, at either level.
+        assert!(
+            parse_message(
+                br#"["m3","k1",{"type":"deposit","account":"a","amount":1,"currency":"RUB"}]"#
+            )
+            .is_err()
+        );
+        let (id, _) =
+            parse_message(br#"{"message_id":"m4","key":"k1","command":["deposit","a",1,"RUB"]}"#)
+                .unwrap_err();
+        assert_eq!(id.as_deref(), Some("m4"));
+        assert!(parse_body(CommandKind::Deposit, br#" ["alice",1,"RUB"]"#).is_err());
     }
 
     #[test]

@@ -4,9 +4,12 @@
 #![allow(clippy::unwrap_used)]
 
 mod api;
+mod bad_input;
 mod cli;
 mod durability;
 mod inbox;
+mod no_5xx;
+mod raw;
 mod support;
 
 #[test]
