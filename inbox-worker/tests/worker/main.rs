@@ -6,6 +6,7 @@
 mod api;
 mod bad_input;
 mod cli;
+mod crash_loop;
 mod durability;
 mod inbox;
 mod no_5xx;

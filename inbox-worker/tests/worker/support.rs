@@ -92,6 +92,25 @@ impl Drop for Worker {
     }
 }
 
+/// Spawns `inbox-worker serve` on a free port without waiting for it to listen: for
+/// killing it while it starts. Its stdout is piped, so that after the kill the caller can
+/// read whether it got as far as `listening on`.
+pub fn spawn_serve(db: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(db.with_extension("log"))
+        .unwrap();
+    Command::new(bin())
+        .args(["serve", "--db"])
+        .arg(db)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap()
+}
+
 pub fn signal(name: &str, pid: u32) {
     let ok = Command::new("kill")
         .args([format!("-{name}"), pid.to_string()])
