@@ -5,10 +5,21 @@ use std::sync::{Arc, Barrier};
 
 use ledger::*;
 
-fn open() -> (tempfile::TempDir, Ledger) {
+/// A fresh ledger where alice holds 1,000 RUB.
+fn open_with_alice() -> (tempfile::TempDir, Ledger, ClientId, Account) {
     let dir = tempfile::tempdir().unwrap();
-    let (l, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
-    (dir, l)
+    let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
+    let client = ClientId::default_client();
+    let alice = Account::parse("alice").unwrap();
+    let deposit = Command::Deposit {
+        account: alice.clone(),
+        amount: Amount::new(1_000).unwrap(),
+        currency: rub(),
+    };
+    ledger
+        .submit(&client, &Key::parse("d").unwrap(), deposit)
+        .unwrap();
+    (dir, ledger, client, alice)
 }
 
 fn rub() -> Currency {
@@ -17,20 +28,7 @@ fn rub() -> Currency {
 
 #[test]
 fn sixty_four_threads_one_key_one_effect() {
-    let (_dir, ledger) = open();
-    let client = ClientId::default_client();
-    let alice = Account::parse("alice").unwrap();
-    ledger
-        .submit(
-            &client,
-            &Key::parse("d").unwrap(),
-            Command::Deposit {
-                account: alice.clone(),
-                amount: Amount::new(1_000).unwrap(),
-                currency: rub(),
-            },
-        )
-        .unwrap();
+    let (_dir, ledger, client, alice) = open_with_alice();
     let barrier = Arc::new(Barrier::new(64));
     let handles: Vec<_> = (0..64)
         .map(|_| {
@@ -80,20 +78,7 @@ fn sixty_four_threads_one_key_one_effect() {
 
 #[test]
 fn thirty_two_threads_racing_withdrawals_never_overdraw() {
-    let (_dir, ledger) = open();
-    let client = ClientId::default_client();
-    let alice = Account::parse("alice").unwrap();
-    ledger
-        .submit(
-            &client,
-            &Key::parse("d").unwrap(),
-            Command::Deposit {
-                account: alice.clone(),
-                amount: Amount::new(1_000).unwrap(),
-                currency: rub(),
-            },
-        )
-        .unwrap();
+    let (_dir, ledger, client, alice) = open_with_alice();
     let barrier = Arc::new(Barrier::new(32));
     let handles: Vec<_> = (0..32)
         .map(|t| {
