@@ -1516,11 +1516,15 @@ impl Committer {
             .batch
             .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
         for (account, currency, delta) in crate::projection::legs(&fact) {
-            let base = self.balances.accounts.get(&account).cloned();
-            let entry = staged
-                .accounts
-                .entry(account.clone())
-                .or_insert_with(|| base.unwrap_or_default());
+            // Copy the account's balances from the working state only on its first touch
+            // in this batch; later commands on it reuse the staged copy.
+            let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
+                self.balances
+                    .accounts
+                    .get(&account)
+                    .cloned()
+                    .unwrap_or_default()
+            });
             let b = entry.entry(currency).or_insert(0);
             *b = b.saturating_add(delta);
             staged
