@@ -1,6 +1,7 @@
 //! Idem's ledger: money commands recorded exactly once as facts keyed by the client's
 //! idempotency key, on sled. See ARCHITECTURE.md for the map and the invariants.
 
+pub mod backend;
 pub mod clock;
 pub mod core;
 pub mod domain;
@@ -9,6 +10,7 @@ pub mod projection;
 pub mod store;
 pub mod verify;
 
+pub use backend::{KeyQuery, Rules, Store};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use domain::{
     Account, Amount, ClientId, Command, Currency, Fingerprint, InvalidInput, Key, MessageId,

@@ -392,6 +392,7 @@ struct Shared {
     tree: sled::Tree,
     data_file: Option<File>,
     config: Config,
+    rules: crate::backend::Rules,
     shards: Vec<Mutex<Shard>>,
     state: RwLock<State>,
     durable_seq: AtomicU64,
@@ -600,6 +601,11 @@ impl Ledger {
             state: RwLock::new(State { balances, stats }),
             failed: Mutex::new(None),
             metrics: Mutex::new(CommitMetrics::default()),
+            rules: crate::backend::Rules {
+                retention: config.retention,
+                lease: config.lease,
+                clock: config.clock.clone(),
+            },
             config,
         });
         if fresh {
@@ -632,6 +638,10 @@ impl Ledger {
 
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    pub(crate) fn rules_ref(&self) -> &crate::backend::Rules {
+        &self.shared.rules
     }
 
     /// Submits a command and waits for its durable answer.
