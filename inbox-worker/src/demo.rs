@@ -111,7 +111,7 @@ pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = runtime.spawn(serve(
         listener,
-        ledger.clone(),
+        std::sync::Arc::new(ledger.clone()),
         ApiOptions::default(),
         async {
             let _ = stopped.await;

@@ -11,7 +11,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ledger::fact::json;
-use ledger::{ClientId, Command, Key, KeyInfo, KeyStatus, Ledger, Timestamp};
+use ledger::{ClientId, Command, Key, KeyInfo, KeyQuery, KeyStatus, Timestamp};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
@@ -100,19 +100,11 @@ async fn tick(app: &Shared, d: Duration) -> bool {
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    ledger: &Ledger,
-    f: impl FnOnce(&Ledger) -> T + Send + 'static,
-) -> Option<T> {
-    let ledger = ledger.clone();
-    tokio::task::spawn_blocking(move || f(&ledger)).await.ok()
-}
-
 async fn sweeper(app: Shared) {
     let mut every = app.options.sweep_every;
     while tick(&app, every).await {
-        match blocking(&app.ledger, Ledger::sweep).await {
-            Some(Ok(expired)) => {
+        match app.store.sweep().await {
+            Ok(expired) => {
                 // The sweep takes a bounded number of facts per call: go on at once
                 // while there is more to do.
                 every = if expired > 0 {
@@ -121,8 +113,7 @@ async fn sweeper(app: Shared) {
                     app.options.sweep_every
                 };
             }
-            Some(Err(e)) => eprintln!("sweep failed: {e}"),
-            None => {}
+            Err(e) => eprintln!("sweep failed: {e}"),
         }
     }
 }
@@ -141,7 +132,7 @@ async fn verifier(app: Shared) {
         // Verify reads the whole log while holding commits (about 19 s per million facts
         // on a 2-core machine), so the live worker only runs it on small ledgers; large
         // ones are verified offline with `inbox-worker verify`.
-        let facts = app.ledger.stats().last_seq;
+        let facts = app.store.durable_seq();
         if facts > VERIFY_LIVE_MAX_FACTS {
             if !std::mem::replace(&mut told, true) {
                 eprintln!(
@@ -152,35 +143,34 @@ async fn verifier(app: Shared) {
             continue;
         }
         let at = now_rfc3339();
-        let entry = match blocking(&app.ledger, Ledger::verify).await {
-            Some(Ok(report)) => {
+        let entry = match app.store.verify().await {
+            Ok(report) => {
                 if !report.ok() {
                     eprintln!("verify found violations:\n{report}");
                 }
                 let summary = report.to_string();
                 json!({"at": at, "ok": report.ok(), "summary": summary.lines().next().unwrap_or("")})
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 json!({"at": at, "ok": false, "summary": format!("verify could not run: {e}")})
             }
-            None => continue,
         };
         *app.metrics.verify.lock() = Some(entry);
     }
 }
 
 async fn sampler(app: Shared) {
-    let counts = |app: &Shared| {
-        let s = app.ledger.stats();
+    async fn counts(app: &Shared) -> (u64, u64, u64) {
+        let s = app.store.stats().await.unwrap_or_default();
         (
             s.applied_total() + s.rejected_total(),
             s.observed.replayed,
             s.observed.conflicts_in_flight + s.observed.conflicts_reused,
         )
-    };
-    let mut last = counts(&app);
+    }
+    let mut last = counts(&app).await;
     while tick(&app, Duration::from_secs(1)).await {
-        let now = counts(&app);
+        let now = counts(&app).await;
         app.metrics.push_throughput(json!({
             "t": chrono::Utc::now().timestamp(),
             "applied": now.0.saturating_sub(last.0),
@@ -193,13 +183,13 @@ async fn sampler(app: Shared) {
 
 /// Follows the log and publishes each new fact (and its key becoming done) to the stream.
 async fn follower(app: Shared) {
-    let mut after = app.ledger.durable_seq();
+    let mut after = app.store.durable_seq();
     while tick(&app, Duration::from_millis(50)).await {
         if app.events.receiver_count() == 0 {
-            after = app.ledger.durable_seq();
+            after = app.store.durable_seq();
             continue;
         }
-        while let Ok(facts) = app.ledger.facts(after, 1000) {
+        while let Ok(facts) = app.store.facts(after, 1000).await {
             let Some(last) = facts.last() else { break };
             after = last.seq;
             for fact in &facts {
@@ -223,9 +213,15 @@ pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap) -> R
     if let Err(p) = app.operator(&headers) {
         return app.fail(p);
     }
-    let ledger = &app.ledger;
-    let stats = ledger.stats();
-    let now = ledger.config().clock.now();
+    let ledger = &*app.store;
+    let stats = match ledger.stats().await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ledger error: {e}");
+            return app.fail(Problem::unavailable());
+        }
+    };
+    let now = ledger.rules().clock.now();
     let pending = ledger.pending();
     let rejections: serde_json::Map<String, Value> = stats
         .rejected_by_code()
@@ -260,7 +256,7 @@ pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap) -> R
         },
         "throughput": app.metrics.throughput(),
         "commit": commit_summary(ledger),
-        "size_on_disk_bytes": ledger.size_on_disk().ok(),
+        "size_on_disk_bytes": ledger.size_on_disk().await.ok(),
         "verify": app.metrics.verify.lock().clone(),
         "pending": pending_rows,
         "conflicts": app.metrics.conflicts(),
@@ -329,18 +325,21 @@ pub(crate) async fn live_keys(
         Some(None) => return app.fail(Problem::invalid("after must be a cursor from `next`")),
     };
     let q = p.get("q").cloned().filter(|q| !q.is_empty());
-    let now = app.ledger.config().clock.now();
+    let now = app.store.rules().clock.now();
     let mut rows = Vec::new();
     let mut next = None;
     // With a text filter, ledger pages are read until the answer is full, at most this
     // many; the cursor then says where the next request goes on.
     for _ in 0..20 {
-        let page = app.ledger.keys(
-            status,
-            client.as_ref(),
-            after.as_ref().map(|(c, k)| (c, k)),
-            limit,
-        );
+        let page = app
+            .store
+            .keys(KeyQuery {
+                status,
+                client: client.clone(),
+                after: after.clone(),
+                limit,
+            })
+            .await;
         let page = match page {
             Ok(p) => p,
             Err(e) => {
@@ -398,7 +397,7 @@ pub(crate) async fn live_key(
     else {
         return app.fail(missing());
     };
-    let info = match app.ledger.key(&client, &key) {
+    let info = match app.store.key(&client, &key).await {
         Ok(Some(i)) => i,
         Ok(None) => return app.fail(missing()),
         Err(e) => {
@@ -406,9 +405,9 @@ pub(crate) async fn live_key(
             return app.fail(Problem::unavailable());
         }
     };
-    let mut v = key_json(&info, app.ledger.config().clock.now());
+    let mut v = key_json(&info, app.store.rules().clock.now());
     if let Some(o) = &info.outcome
-        && let Ok(Some(fact)) = app.ledger.fact(o.seq())
+        && let Ok(Some(fact)) = app.store.fact(o.seq()).await
     {
         v["fact"] = json::fact(&fact);
     }

@@ -1,24 +1,28 @@
-//! Idem's worker: serves the ledger over HTTP (CONTRACT §3) with the operator feed
+//! Idem's worker: serves a store (sled or PostgreSQL) over HTTP (CONTRACT §3) with the operator feed
 //! (docs/FEED.md), feeds inbox files through the ledger, and holds the CLI client and
 //! the demo. The ledger decides every outcome; this crate parses, transports, reports.
 //!
 //! Embedding a worker (the dashboard's demo mode does this):
 //! ```no_run
 //! # async fn f() -> anyhow::Result<()> {
+//! use std::sync::Arc;
+//! use ledger::Store as _;
+//! // Any store: the sled folder here, or ledger::pg::PgStore for PostgreSQL.
 //! let (ledger, _) = ledger::Ledger::open(ledger::Config::new("idem-demo"))?;
+//! let store: Arc<dyn ledger::Store> = Arc::new(ledger);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let addr = listener.local_addr()?;
 //! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
 //! let server = tokio::spawn(inbox_worker::server::serve(
 //!     listener,
-//!     ledger.clone(),
+//!     store.clone(),
 //!     inbox_worker::server::ApiOptions::default(),
 //!     async move { let _ = stopped.await; },
 //! ));
 //! // ... talk to http://{addr} ...
 //! let _ = stop.send(());
 //! server.await??;
-//! ledger.shutdown();
+//! store.shutdown().await;
 //! # Ok(()) }
 //! ```
 

@@ -61,8 +61,16 @@ enum Cmd {
     /// Rebuild every projection from the log and check the guarantees; exit 1 on any violation.
     Verify {
         /// The ledger folder (stop the worker first: the folder is locked while it runs).
-        #[arg(long)]
-        db: PathBuf,
+        #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+        db: Option<PathBuf>,
+        /// A PostgreSQL store instead (workers may keep serving it meanwhile).
+        #[arg(
+            long,
+            value_name = "postgres://…",
+            env = "IDEM_STORE",
+            hide_env_values = true
+        )]
+        store: Option<String>,
     },
     /// Tell the whole story in one command: a fresh ledger, the seed scenario, a storm of
     /// duplicate deliveries, and a verify. Needs nothing installed or running.
@@ -87,9 +95,18 @@ const CONSUME_HELP: &str = "Feed JSON-lines messages through the inbox, as a bro
 
 #[derive(Args)]
 struct ServeArgs {
-    /// The ledger folder; created if missing.
-    #[arg(long)]
-    db: PathBuf,
+    /// The ledger folder (embedded sled, the default); created if missing.
+    #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+    db: Option<PathBuf>,
+    /// Keep the facts in PostgreSQL instead, e.g. postgres://idem@db-host/idem. Any number
+    /// of workers may serve one database; the schema is created or migrated at start.
+    #[arg(
+        long,
+        value_name = "postgres://…",
+        env = "IDEM_STORE",
+        hide_env_values = true
+    )]
+    store: Option<String>,
     /// Address to listen on. Without tokens only loopback addresses are allowed.
     #[arg(long, default_value = "127.0.0.1:7420")]
     listen: SocketAddr,
@@ -216,7 +233,11 @@ fn main() -> ExitCode {
         Cmd::Serve(args) => serve(args).map(|()| 0),
         Cmd::Submit { command } => submit(command),
         Cmd::Consume(args) => consume(args),
-        Cmd::Verify { db } => verify(&db),
+        Cmd::Verify { db, store } => match (db, store) {
+            (_, Some(url)) => verify_pg(&url),
+            (Some(db), None) => verify(&db),
+            (None, None) => Err(anyhow::anyhow!("say --db PATH or --store URL")),
+        },
         Cmd::Demo { db } => {
             demo::run(db.as_deref(), &mut std::io::stdout()).map(|ok| u8::from(!ok))
         }
@@ -270,7 +291,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         (args.retention / 2).clamp(Duration::from_millis(100), Duration::from_secs(5))
     });
     let config = ServeConfig {
-        db: args.db,
+        db: args.db.unwrap_or_default(),
+        store_url: args.store.filter(|s| !s.is_empty()),
         listen: args.listen,
         retention: args.retention,
         lease: args.lease,
@@ -473,6 +495,24 @@ fn open(
         ),
         Err(e) => Err(e.into()),
     }
+}
+
+fn verify_pg(url: &str) -> anyhow::Result<u8> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let mut config = ServeConfig::new("");
+        config.store_url = Some(url.to_owned());
+        let store = inbox_worker::server::open_store(&config).await?;
+        let report = store.verify().await;
+        store.shutdown().await;
+        let report = report?;
+        println!("{report}");
+        let _ = std::io::stdout().flush();
+        Ok(if report.ok() { 0 } else { 1 })
+    })
 }
 
 fn verify(db: &Path) -> anyhow::Result<u8> {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use ledger::{Ledger, Rejection};
+use ledger::{Rejection, Stats, Store};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -62,8 +62,7 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition of the worker and its ledger.
-    pub fn render(&self, ledger: &Ledger) -> String {
-        let stats = ledger.stats();
+    pub fn render(&self, stats: &Stats, ledger: &dyn Store) -> String {
         let commit = ledger.commit_metrics();
         let mut out = String::with_capacity(4096);
         let mut counter = |name: &str, help: &str, kind: &str, rows: Vec<(String, String)>| {
@@ -244,7 +243,7 @@ impl std::fmt::Display for Seconds {
 }
 
 /// Commit latency percentiles, estimated from the histogram as the bucket's upper bound.
-pub fn commit_summary(ledger: &Ledger) -> Value {
+pub fn commit_summary(ledger: &dyn Store) -> Value {
     let m = ledger.commit_metrics();
     let total: u64 = m.latency_buckets.iter().sum();
     let quantile = |q: f64| -> Value {

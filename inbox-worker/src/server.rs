@@ -19,11 +19,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ledger::fact::json;
 use ledger::{
-    Account, ClientId, Command, Config, Key, KeyStatus, Ledger, LedgerError, Outcome, Submission,
+    Account, ClientId, Command, Config, Key, KeyQuery, KeyStatus, Ledger, LedgerError, Outcome,
+    Store, Submission,
 };
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::{broadcast, oneshot, watch};
+use tokio::sync::{broadcast, watch};
 
 use crate::feed;
 use crate::listener::CountedListener;
@@ -67,6 +68,8 @@ impl Default for ApiOptions {
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
     pub db: PathBuf,
+    /// A PostgreSQL URL: the facts live there instead of the sled folder `db`.
+    pub store_url: Option<String>,
     pub listen: SocketAddr,
     pub retention: Duration,
     pub lease: Duration,
@@ -78,6 +81,7 @@ impl ServeConfig {
     pub fn new(db: impl Into<PathBuf>) -> Self {
         Self {
             db: db.into(),
+            store_url: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
             retention: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(10),
@@ -116,11 +120,7 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     check_exposure(config.listen, &config.api)?;
-    let ledger_config = config.ledger_config();
-    let (ledger, report) = tokio::task::spawn_blocking(move || Ledger::open(ledger_config))
-        .await
-        .context("opening the ledger")??;
-    eprintln!("ledger {}: {report}", config.db.display());
+    let ledger = open_store(&config).await?;
     let listener = match TcpListener::bind(config.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -136,9 +136,28 @@ where
     served
 }
 
-async fn close(ledger: Ledger) {
-    // shutdown joins the committer thread: keep it off the async threads.
-    let _ = tokio::task::spawn_blocking(move || ledger.shutdown()).await;
+/// Opens the store `config` names: PostgreSQL when `store_url` is set, else the sled
+/// folder `db`. Prints what opening found on stderr.
+pub async fn open_store(config: &ServeConfig) -> anyhow::Result<Arc<dyn Store>> {
+    if let Some(url) = &config.store_url {
+        let rules = ledger::Rules {
+            retention: config.retention,
+            lease: config.lease,
+            clock: Arc::new(ledger::SystemClock),
+        };
+        let _ = (url, rules); // PGBLOCK
+        anyhow::bail!("postgres not wired yet");
+    }
+    let ledger_config = config.ledger_config();
+    let (ledger, report) = tokio::task::spawn_blocking(move || Ledger::open(ledger_config))
+        .await
+        .context("opening the ledger")??;
+    eprintln!("ledger {}: {report}", config.db.display());
+    Ok(Arc::new(ledger))
+}
+
+async fn close(ledger: Arc<dyn Store>) {
+    ledger.shutdown().await;
 }
 
 /// Serves the API of an open ledger on an already-bound listener until `shutdown`
@@ -147,7 +166,7 @@ async fn close(ledger: Ledger) {
 /// `local_addr`, spawn this).
 pub async fn serve<F>(
     listener: TcpListener,
-    ledger: Ledger,
+    ledger: Arc<dyn Store>,
     options: ApiOptions,
     shutdown: F,
 ) -> anyhow::Result<()>
@@ -158,7 +177,7 @@ where
     let (stop_tx, stop_rx) = watch::channel(false);
     let (events, _) = broadcast::channel(4096);
     let app = Arc::new(App {
-        ledger,
+        store: ledger,
         metrics: Arc::new(Metrics::new()),
         options,
         events,
@@ -183,7 +202,7 @@ where
 
 /// The state every handler shares.
 pub(crate) struct App {
-    pub ledger: Ledger,
+    pub store: Arc<dyn Store>,
     pub metrics: Arc<Metrics>,
     pub options: ApiOptions,
     pub events: broadcast::Sender<feed::FeedEvent>,
@@ -499,40 +518,29 @@ async fn command(app: Shared, kind: CommandKind, headers: HeaderMap, body: Body)
     execute(&app, client, key, command).await
 }
 
-/// Submits through the ledger's callback entry point, so no tokio thread ever blocks on a
-/// commit.
+/// Submits and waits for the durable answer. The request may go meanwhile (the client hung
+/// up): the outcome is durable anyway, and a retry replays it.
 pub(crate) async fn submit(
-    ledger: &Ledger,
+    store: &dyn Store,
     client: &ClientId,
     key: &Key,
     command: Command,
 ) -> Result<Submission, LedgerError> {
-    let (tx, rx) = oneshot::channel();
-    ledger.submit_with(
-        client,
-        key,
-        command,
-        None,
-        Box::new(move |r| {
-            // The request may have gone (client hung up); the outcome is durable anyway.
-            let _ = tx.send(r);
-        }),
-    );
-    rx.await.unwrap_or(Err(LedgerError::Closed))
+    store.submit(client, key, command, None).await
 }
 
 async fn execute(app: &Shared, client: ClientId, key: Key, command: Command) -> Response {
-    let mut answer = submit(&app.ledger, &client, &key, command.clone()).await;
+    let mut answer = submit(&*app.store, &client, &key, command.clone()).await;
     if matches!(answer, Ok(Submission::InProgress { .. })) {
         // The twin usually commits within milliseconds: poll the key (reads only, so the
         // poll adds no conflicts) and answer with its outcome rather than a 409.
         let deadline = Instant::now() + app.options.in_flight_wait;
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            match app.ledger.key(&client, &key) {
+            match app.store.key(&client, &key).await {
                 Ok(Some(info)) if info.status == KeyStatus::Pending => continue,
                 Ok(_) => {
-                    answer = submit(&app.ledger, &client, &key, command.clone()).await;
+                    answer = submit(&*app.store, &client, &key, command.clone()).await;
                     break;
                 }
                 Err(_) => break,
@@ -543,7 +551,7 @@ async fn execute(app: &Shared, client: ClientId, key: Key, command: Command) -> 
         Ok(Submission::Executed(o)) => outcome_response(app, &o, false),
         Ok(Submission::Replayed(o)) => outcome_response(app, &o, true),
         Ok(Submission::Reused) => {
-            let stored = app.ledger.key(&client, &key).ok().flatten();
+            let stored = app.store.key(&client, &key).await.ok().flatten();
             let differs = stored
                 .map(|k| wire::differs(&k.command, &command))
                 .unwrap_or_default();
@@ -637,7 +645,13 @@ async fn accounts(State(app): State<Shared>, headers: HeaderMap) -> Response {
     if let Err(p) = app.caller(&headers) {
         return app.fail(p);
     }
-    let balances = app.ledger.balances();
+    let balances = match app.store.balances().await {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("ledger error: {e}");
+            return app.fail(Problem::unavailable());
+        }
+    };
     let mut rows = Vec::new();
     for (account, per) in &balances.accounts {
         for (currency, balance) in per {
@@ -669,13 +683,17 @@ async fn account(
     let Ok(Path(id)) = id else {
         return app.fail(missing());
     };
-    let Some(per) = Account::parse_any(&id)
-        .ok()
-        .and_then(|a| app.ledger.account(&a).map(|per| (a, per)))
-    else {
+    let Ok(account) = Account::parse_any(&id) else {
         return app.fail(missing());
     };
-    let (account, per) = per;
+    let per = match app.store.account(&account).await {
+        Ok(Some(per)) => per,
+        Ok(None) => return app.fail(missing()),
+        Err(e) => {
+            eprintln!("ledger error: {e}");
+            return app.fail(Problem::unavailable());
+        }
+    };
     let body = if per.len() == 1 {
         let (currency, balance) = per.iter().next().map_or(("", 0), |(c, b)| (c.as_str(), *b));
         json!({"account": account.as_str(), "currency": currency, "balance": json::wide(balance)})
@@ -715,15 +733,18 @@ async fn keys(State(app): State<Shared>, headers: HeaderMap, q: Params) -> Respo
         Some(Ok(k)) => Some(k),
         Some(Err(_)) => return app.fail(Problem::invalid("after must be a key")),
     };
-    let listed = app.ledger.keys(
-        status,
-        Some(&client),
-        after.as_ref().map(|k| (&client, k)),
-        limit,
-    );
+    let listed = app
+        .store
+        .keys(KeyQuery {
+            status,
+            client: Some(client.clone()),
+            after: after.map(|k| (client.clone(), k)),
+            limit,
+        })
+        .await;
     match listed {
         Ok(page) => {
-            let now = app.ledger.config().clock.now();
+            let now = app.store.rules().clock.now();
             let next = page.next.map(|(_, k)| k.as_str().to_owned());
             let rows: Vec<Value> = page.keys.iter().map(|k| feed::key_json(k, now)).collect();
             json_ok(&json!({"keys": rows, "next": next}))
@@ -748,8 +769,8 @@ async fn one_key(
     let Some(key) = key.ok().and_then(|Path(k)| Key::parse(&k).ok()) else {
         return app.fail(missing());
     };
-    match app.ledger.key(&client, &key) {
-        Ok(Some(info)) => json_ok(&feed::key_json(&info, app.ledger.config().clock.now())),
+    match app.store.key(&client, &key).await {
+        Ok(Some(info)) => json_ok(&feed::key_json(&info, app.store.rules().clock.now())),
         Ok(None) => app.fail(missing()),
         Err(e) => {
             eprintln!("ledger error: {e}");
@@ -783,7 +804,7 @@ async fn facts(State(app): State<Shared>, headers: HeaderMap, q: Params) -> Resp
     let mut cursor = after;
     let mut scanned = 0usize;
     loop {
-        let chunk = match app.ledger.facts(cursor, 1000) {
+        let chunk = match app.store.facts(cursor, 1000).await {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("ledger error: {e}");
@@ -809,14 +830,14 @@ async fn facts(State(app): State<Shared>, headers: HeaderMap, q: Params) -> Resp
     }
     json_ok(&json!({
         "facts": out,
-        "last_seq": app.ledger.durable_seq(),
+        "last_seq": app.store.durable_seq(),
         "next_after": cursor,
     }))
 }
 
 async fn healthz(State(app): State<Shared>) -> Response {
-    match app.ledger.failure() {
-        None => json_ok(&json!({"status": "ok", "last_seq": app.ledger.durable_seq()})),
+    match app.store.failure() {
+        None => json_ok(&json!({"status": "ok", "last_seq": app.store.durable_seq()})),
         Some(reason) => {
             eprintln!("health: storage failed: {reason}");
             app.fail(Problem::unavailable().detail(
@@ -828,7 +849,8 @@ async fn healthz(State(app): State<Shared>) -> Response {
 }
 
 async fn metrics(State(app): State<Shared>) -> Response {
-    let text = app.metrics.render(&app.ledger);
+    let stats = app.store.stats().await.unwrap_or_default();
+    let text = app.metrics.render(&stats, &*app.store);
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

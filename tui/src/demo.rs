@@ -40,7 +40,7 @@ pub fn start() -> anyhow::Result<Demo> {
     let (stop_server, stopped) = tokio::sync::oneshot::channel::<()>();
     let server_task = runtime.spawn(serve(
         listener,
-        ledger.clone(),
+        Arc::new(ledger.clone()),
         ApiOptions::default(),
         async {
             let _ = stopped.await;

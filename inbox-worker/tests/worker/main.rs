@@ -7,6 +7,7 @@ mod api;
 mod bad_input;
 mod cli;
 mod crash_loop;
+mod damaged;
 mod durability;
 mod inbox;
 mod no_5xx;
