@@ -107,6 +107,9 @@ struct ServeArgs {
         hide_env_values = true
     )]
     store: Option<String>,
+    /// Connections to PostgreSQL, with --store. Commands wait for a free one.
+    #[arg(long, default_value_t = 16)]
+    pg_pool: usize,
     /// Address to listen on. Without tokens only loopback addresses are allowed.
     #[arg(long, default_value = "127.0.0.1:7420")]
     listen: SocketAddr,
@@ -293,6 +296,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServeConfig {
         db: args.db.unwrap_or_default(),
         store_url: args.store.filter(|s| !s.is_empty()),
+        pg_pool: args.pg_pool.max(1),
         listen: args.listen,
         retention: args.retention,
         lease: args.lease,

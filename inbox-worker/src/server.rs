@@ -70,6 +70,8 @@ pub struct ServeConfig {
     pub db: PathBuf,
     /// A PostgreSQL URL: the facts live there instead of the sled folder `db`.
     pub store_url: Option<String>,
+    /// Connections to PostgreSQL (with `store_url`).
+    pub pg_pool: usize,
     pub listen: SocketAddr,
     pub retention: Duration,
     pub lease: Duration,
@@ -82,6 +84,7 @@ impl ServeConfig {
         Self {
             db: db.into(),
             store_url: None,
+            pg_pool: 16,
             listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
             retention: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(10),
@@ -145,8 +148,17 @@ pub async fn open_store(config: &ServeConfig) -> anyhow::Result<Arc<dyn Store>> 
             lease: config.lease,
             clock: Arc::new(ledger::SystemClock),
         };
-        let _ = (url, rules); // PGBLOCK
-        anyhow::bail!("postgres not wired yet");
+        let options = ledger::pg::PgOptions {
+            in_flight_wait: config.api.in_flight_wait,
+            pool_size: config.pg_pool,
+            ..ledger::pg::PgOptions::default()
+        };
+        let (store, report) = ledger::pg::PgStore::open(url, rules, options)
+            .await
+            .context("opening the PostgreSQL store")?;
+        let store: Arc<dyn Store> = Arc::new(store);
+        eprintln!("ledger {}: {report}", store.location());
+        return Ok(store);
     }
     let ledger_config = config.ledger_config();
     let (ledger, report) = tokio::task::spawn_blocking(move || Ledger::open(ledger_config))

@@ -1,13 +1,16 @@
 //! Idem's ledger: money commands recorded exactly once as facts keyed by the client's
-//! idempotency key, on sled. See ARCHITECTURE.md for the map and the invariants.
+//! idempotency key, on sled or PostgreSQL. See ARCHITECTURE.md for the map and the invariants.
 
 pub mod backend;
 pub mod clock;
 pub mod core;
 pub mod domain;
 pub mod fact;
+pub mod pg;
 pub mod projection;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod verify;
 
 pub use backend::{KeyQuery, Rules, Store};
@@ -17,6 +20,7 @@ pub use domain::{
     Rejection, Timestamp,
 };
 pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
+pub use pg::{PgOptions, PgStore};
 pub use projection::{Balances, Observed, Stats};
 pub use store::{
     CommitMetrics, Config, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyStatus, Ledger, LedgerError,

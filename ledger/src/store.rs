@@ -319,7 +319,7 @@ pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
     }
 }
 
-fn message_fingerprint(client: &ClientId, key: &Key, command: &Command) -> Fingerprint {
+pub(crate) fn message_fingerprint(client: &ClientId, key: &Key, command: &Command) -> Fingerprint {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     h.update(client.as_str().as_bytes());

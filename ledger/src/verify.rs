@@ -55,26 +55,42 @@ impl std::fmt::Display for VerifyReport {
     }
 }
 
-const ONE_EFFECT: &str = "one effect per key";
-const KEY_FACT: &str = "every done key has its fact and every fact its key";
-const SAME_ANSWER: &str = "every key answers with its own fact";
-const DERIVED: &str = "balances equal the fold of the log";
-const DOUBLE_ENTRY: &str = "sums are zero per currency";
-const NO_OVERDRAFT: &str = "no user balance is negative";
-const REFUNDS: &str = "refunds stay within their withdrawals";
-const GAPLESS: &str = "the log is gapless";
-const COUNTERS: &str = "counters equal the fold of the log";
+pub(crate) const ONE_EFFECT: &str = "one effect per key";
+pub(crate) const KEY_FACT: &str = "every done key has its fact and every fact its key";
+pub(crate) const SAME_ANSWER: &str = "every key answers with its own fact";
+pub(crate) const DERIVED: &str = "balances equal the fold of the log";
+pub(crate) const DOUBLE_ENTRY: &str = "sums are zero per currency";
+pub(crate) const NO_OVERDRAFT: &str = "no user balance is negative";
+pub(crate) const REFUNDS: &str = "refunds stay within their withdrawals";
+pub(crate) const GAPLESS: &str = "the log is gapless";
+pub(crate) const COUNTERS: &str = "counters equal the fold of the log";
 
 /// At most this many violations of one kind are listed; the rest are counted.
 const LIST_MAX: usize = 20;
 
-struct Report {
+/// Violations as they are found; shared with the PostgreSQL store's verify, so both report
+/// the same guarantees in the same words.
+#[derive(Default)]
+pub(crate) struct Report {
     violations: Vec<Violation>,
     counts: BTreeMap<&'static str, usize>,
 }
 
 impl Report {
-    fn add(&mut self, guarantee: &'static str, detail: String) {
+    /// The violations, with a count of those beyond the listed ones.
+    pub(crate) fn finish(mut self) -> Vec<Violation> {
+        for (guarantee, n) in &self.counts {
+            if *n > LIST_MAX {
+                self.violations.push(Violation {
+                    guarantee,
+                    detail: format!("… and {} more", n - LIST_MAX),
+                });
+            }
+        }
+        self.violations
+    }
+
+    pub(crate) fn add(&mut self, guarantee: &'static str, detail: String) {
         let n = self.counts.entry(guarantee).or_insert(0);
         *n += 1;
         if *n <= LIST_MAX {
@@ -85,10 +101,7 @@ impl Report {
 
 pub(crate) fn verify(tree: &sled::Tree) -> Result<VerifyReport, LedgerError> {
     let io = |e: sled::Error| LedgerError::Unavailable(e.to_string());
-    let mut r = Report {
-        violations: Vec::new(),
-        counts: BTreeMap::new(),
-    };
+    let mut r = Report::default();
     let mut balances = Balances::default();
     let mut stats = Stats::default();
     let mut seen: HashMap<(ClientId, Key), u64> = HashMap::new();
@@ -177,35 +190,7 @@ pub(crate) fn verify(tree: &sled::Tree) -> Result<VerifyReport, LedgerError> {
             None => r.add(DERIVED, "an undecodable balance record".into()),
         }
     }
-    for (account, per) in &balances.accounts {
-        for (currency, b) in per {
-            let s = stored.get(account, *currency);
-            if s != Some(*b) {
-                r.add(
-                    DERIVED,
-                    format!("{account} {currency}: stored {s:?}, the log gives {b}"),
-                );
-            }
-            if !account.is_system() && *b < 0 {
-                r.add(NO_OVERDRAFT, format!("{account} {currency} is {b}"));
-            }
-        }
-    }
-    for (account, per) in &stored.accounts {
-        for currency in per.keys() {
-            if balances.get(account, *currency).is_none() {
-                r.add(
-                    DERIVED,
-                    format!("{account} {currency} is stored but no fact touches it"),
-                );
-            }
-        }
-    }
-    for (currency, sum) in stored.sums() {
-        if sum != 0 {
-            r.add(DOUBLE_ENTRY, format!("{currency} sums to {sum}"));
-        }
-    }
+    check_balances(&mut r, &balances, &stored);
 
     // Refunded totals against the fold.
     for item in tree.scan_prefix([P_REFUNDED]) {
@@ -248,21 +233,13 @@ pub(crate) fn verify(tree: &sled::Tree) -> Result<VerifyReport, LedgerError> {
         },
     }
 
-    for (guarantee, n) in &r.counts {
-        if *n > LIST_MAX {
-            r.violations.push(Violation {
-                guarantee,
-                detail: format!("… and {} more", n - LIST_MAX),
-            });
-        }
-    }
     Ok(VerifyReport {
         facts: stats.last_seq,
         keys_done: stats.keys_done,
         keys_expired: stats.keys_expired,
         accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
         currencies: balances.sums().len(),
-        violations: r.violations,
+        violations: r.finish(),
     })
 }
 
@@ -289,6 +266,19 @@ fn check_fact(
             ),
         );
     }
+    check_fold(r, fact, before, withdrawals);
+    Ok(())
+}
+
+/// Checks one fact against the fold of the facts before it: the balance it claims, no
+/// overdraft, and refund bounds. `withdrawals` maps (client, withdrawal key) to (amount
+/// withdrawn, refunded so far).
+pub(crate) fn check_fold(
+    r: &mut Report,
+    fact: &Fact,
+    before: &Balances,
+    withdrawals: &mut HashMap<(ClientId, Key), (u64, u64)>,
+) {
     let mut after = None;
     for (account, currency, delta) in crate::projection::legs(fact) {
         if !account.is_system() {
@@ -350,5 +340,38 @@ fn check_fact(
         },
         _ => {}
     }
-    Ok(())
+}
+
+/// Compares the stored balances with the fold of the log: equal, none negative for a user,
+/// every currency summing to zero.
+pub(crate) fn check_balances(r: &mut Report, balances: &Balances, stored: &Balances) {
+    for (account, per) in &balances.accounts {
+        for (currency, b) in per {
+            let s = stored.get(account, *currency);
+            if s != Some(*b) {
+                r.add(
+                    DERIVED,
+                    format!("{account} {currency}: stored {s:?}, the log gives {b}"),
+                );
+            }
+            if !account.is_system() && *b < 0 {
+                r.add(NO_OVERDRAFT, format!("{account} {currency} is {b}"));
+            }
+        }
+    }
+    for (account, per) in &stored.accounts {
+        for currency in per.keys() {
+            if balances.get(account, *currency).is_none() {
+                r.add(
+                    DERIVED,
+                    format!("{account} {currency} is stored but no fact touches it"),
+                );
+            }
+        }
+    }
+    for (currency, sum) in stored.sums() {
+        if sum != 0 {
+            r.add(DOUBLE_ENTRY, format!("{currency} sums to {sum}"));
+        }
+    }
 }

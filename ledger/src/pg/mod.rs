@@ -1,0 +1,2038 @@
+//! The PostgreSQL store: the same guarantees as the sled [`crate::Ledger`], kept by the
+//! database, so any number of workers on any number of hosts can share one ledger.
+//!
+//! Every command is one transaction in the shape of the seed's handler:
+//!
+//! 1. claim: `INSERT INTO idempotency_keys … ON CONFLICT DO NOTHING RETURNING` (and the
+//!    inbox row for a message id). A concurrent twin's insert waits on the unique index
+//!    until the first commits or rolls back; `lock_timeout` bounds that wait, and a twin
+//!    that runs out of it is told `InProgress` (409).
+//! 2. if the key was there: same fingerprint → the answer rendered from its fact
+//!    (`Outcome::from_fact`, byte-identical to the first answer), another → `Reused`.
+//! 3. else lock what the decision reads (`SELECT … FOR UPDATE`), take the fact's number,
+//!    decide with the pure core (`core::decide`, the same decision as sled's), and write
+//!    the fact, the balances (guarded updates whose affected rows are checked), the key's
+//!    outcome, the counters and the inbox row; then COMMIT (synchronous_commit on) and only
+//!    then answer.
+//!
+//! No correctness comes from this process's memory: the unique indexes, the guarded
+//! updates, the row locks and the single transaction are all in the database. What is
+//! kept here is observation (pending keys, counters of replays and conflicts) and a short
+//! cut that answers a twin arriving at this same process without a round trip.
+//!
+//! Differences from sled, all from sharing the database between writers:
+//! - Sequence numbers come from a sequence: a rolled-back attempt leaves a gap, and two
+//!   transactions may commit out of the order of their numbers. `facts(after)` returns
+//!   what is committed, so a reader paging by the last seq it saw can miss a fact that
+//!   commits later with a smaller number (re-read a little behind to be safe). `verify`
+//!   checks the numbers are unique and increasing, not gapless.
+//! - A fact's time is `max(clock, the latest time this process recorded or saw)`; across
+//!   workers with skewed clocks the log's times are not monotonic in seq. The sweep does
+//!   not depend on that order: it selects keys by their own time.
+//! - A twin with another command while the first attempt is in flight in another process
+//!   is told `InProgress` (the uncommitted fingerprint is invisible); its retry is `Reused`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use parking_lot::Mutex;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{FromSql, ToSql};
+use tokio_postgres::{IsolationLevel, NoTls, Row};
+
+use crate::backend::{KeyQuery, Rules, Store};
+use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
+use crate::domain::{
+    Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Rejection, Timestamp,
+};
+use crate::fact::{self, Fact, FactBody, Outcome};
+use crate::projection::{self, Balances, Observed, Stats};
+use crate::store::{
+    CommitMetrics, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyStatus, LATENCY_BUCKETS_US, LedgerError,
+    OpenReport, Quarantined, Submission, message_fingerprint,
+};
+use crate::verify::{self, Report, VerifyReport};
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// A statement parameter.
+type P<'a> = &'a (dyn ToSql + Sync);
+
+/// The migrations, in order; version N is `MIGRATIONS[N - 1]`. Never edit a released one.
+const MIGRATIONS: &[(&str, &str)] = &[("facts, keys, balances, inbox", include_str!("v1.sql"))];
+
+/// Rows of `system_balances` and `counters` per name. Enough that the connections of a
+/// few workers rarely meet on one row; a read sums at most this many rows per name.
+const SHARDS: u64 = 32;
+
+/// Retry-After of a 409, as sled answers it: the commit usually takes milliseconds, and
+/// the header is in whole seconds.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// How many times one command is run again after PostgreSQL aborted it for a conflict it
+/// resolves that way (a deadlock, a serialization failure, a concurrent first insert of a
+/// balance row).
+const RETRIES: u32 = 5;
+
+/// Keys expired per sweep transaction.
+const SWEEP_BATCH: i64 = 10_000;
+
+/// Rows fetched per round trip when `verify` reads the whole log.
+const VERIFY_CHUNK: i32 = 10_000;
+
+/// How many keys the per-key replay/conflict counts remember before starting over.
+const ACTIVITY_MAX: usize = 65_536;
+
+/// The guarantee `verify` checks instead of sled's gapless log (see the module docs).
+const SEQ_ORDER: &str = "the log's sequence numbers are unique and increasing";
+
+/// How a [`PgStore`] connects and waits.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Connections this process keeps; each runs one command's transaction at a time.
+    pub pool_size: usize,
+    /// How long a twin waits for the first attempt's claim before it is told 409.
+    pub in_flight_wait: Duration,
+    /// The schema that holds the tables, created if missing: lower-case letters, digits
+    /// and `_`, not starting with a digit.
+    pub schema: String,
+    /// How long opening a connection may take, unless the URL says otherwise.
+    pub connect_timeout: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            pool_size: 16,
+            in_flight_wait: Duration::from_millis(5),
+            schema: "idem".into(),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PgOptions {
+    pub fn pool_size(mut self, n: usize) -> Self {
+        self.pool_size = n;
+        self
+    }
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = wait;
+        self
+    }
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+}
+
+/// A claim this process holds on a key while its transaction runs.
+#[derive(Debug, Clone)]
+struct Claim {
+    fingerprint: Fingerprint,
+    token: u64,
+    since: Timestamp,
+    command: Command,
+}
+
+struct Inner {
+    pool: Pool,
+    rules: Rules,
+    options: PgOptions,
+    location: String,
+    claims: Mutex<HashMap<(ClientId, Key), Claim>>,
+    /// (replays, conflicts) per key seen by this process, bounded.
+    activity: Mutex<HashMap<(ClientId, Key), (u32, u32)>>,
+    in_flight: AtomicUsize,
+    idle: tokio::sync::Notify,
+    closed: AtomicBool,
+    durable_seq: AtomicU64,
+    /// The latest fact time this process recorded or read, in ms: facts it records are
+    /// never earlier (see the module docs for the limits of that across workers).
+    last_at: AtomicI64,
+    next_token: AtomicU64,
+    next_shard: AtomicU64,
+    replayed: AtomicU64,
+    conflicts_in_flight: AtomicU64,
+    conflicts_reused: AtomicU64,
+    metrics: Mutex<CommitMetrics>,
+}
+
+/// The ledger on PostgreSQL. Cheap to clone; see the module docs.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.inner.location)
+            .finish_non_exhaustive()
+    }
+}
+
+// ---- errors --------------------------------------------------------------------------
+
+/// Why one attempt at a command's transaction did not finish.
+enum Abort {
+    /// The key or the message id is claimed by a transaction that is still running.
+    InFlight,
+    /// PostgreSQL aborted the transaction over a conflict that a new attempt resolves.
+    Retry(String),
+    Fail(LedgerError),
+}
+
+impl From<LedgerError> for Abort {
+    fn from(e: LedgerError) -> Self {
+        Abort::Fail(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for Abort {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let retry = [
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            // Two first deposits to one new account (or first refunds of one withdrawal)
+            // both found no row to lock; the second insert fails once the first commits,
+            // and a new attempt finds the row and locks it.
+            SqlState::UNIQUE_VIOLATION,
+        ];
+        match e.code() {
+            Some(code) if retry.contains(code) => Abort::Retry(describe(&e)),
+            _ => Abort::Fail(pg_err(&e)),
+        }
+    }
+}
+
+impl From<PoolError> for Abort {
+    fn from(e: PoolError) -> Self {
+        Abort::Fail(pool_err(e))
+    }
+}
+
+/// The claim statements' errors: a lock timeout there means a twin holds the claim.
+fn claim_err(e: tokio_postgres::Error) -> Abort {
+    if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+        Abort::InFlight
+    } else {
+        e.into()
+    }
+}
+
+/// A readable account of a PostgreSQL error: the driver's own Display says only "db
+/// error" for errors the server reported.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("PostgreSQL {}: {}", db.code().code(), db.message()),
+        None => format!("PostgreSQL: {e}"),
+    }
+}
+
+fn pg_err(e: &tokio_postgres::Error) -> LedgerError {
+    if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+        return LedgerError::Unavailable(format!(
+            "a row lock was held longer than the lease ({}); nothing was recorded",
+            describe(e)
+        ));
+    }
+    LedgerError::Unavailable(describe(e))
+}
+
+fn pool_err(e: PoolError) -> LedgerError {
+    match e {
+        PoolError::Closed => LedgerError::Closed,
+        PoolError::Backend(e) => LedgerError::Unavailable(describe(&e)),
+        PoolError::Timeout(t) => LedgerError::Unavailable(format!(
+            "no PostgreSQL connection within the time allowed ({t:?})"
+        )),
+        other => LedgerError::Unavailable(format!("PostgreSQL connection pool: {other}")),
+    }
+}
+
+fn get<'a, T: FromSql<'a>>(row: &'a Row, i: usize) -> Result<T> {
+    row.try_get(i)
+        .map_err(|e| LedgerError::Unavailable(format!("unexpected column {i}: {e}")))
+}
+
+// ---- conversions ---------------------------------------------------------------------
+
+fn db_int(v: u64) -> Result<i64> {
+    i64::try_from(v).map_err(|_| LedgerError::Unavailable(format!("{v} is beyond bigint")))
+}
+
+fn db_limit(v: usize) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn db_time(t: Timestamp) -> Result<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(t.millis())
+        .ok_or_else(|| LedgerError::Unavailable(format!("time {} out of range", t.millis())))
+}
+
+fn from_db_time(t: DateTime<Utc>) -> Timestamp {
+    Timestamp(t.timestamp_millis())
+}
+
+fn ms(d: Duration) -> u128 {
+    // 0 turns a PostgreSQL timeout off; every wait here is meant to be bounded.
+    d.as_millis().max(1)
+}
+
+fn ms_i64(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Runs `f` if present. Inside `tokio::join!` the futures are first polled in order, and
+/// tokio-postgres sends a request on its first poll, so statements joined this way are
+/// pipelined in the order written.
+async fn opt<F: Future>(f: Option<F>) -> Option<F::Output> {
+    match f {
+        Some(f) => Some(f.await),
+        None => None,
+    }
+}
+
+// Statements of the command path, prepared once per connection (deadpool's cache) so
+// they can be pipelined.
+const SQL_KEY_CLAIM: &str = "INSERT INTO idempotency_keys (client, key, request_hash, status, created_at) \
+     VALUES ($1, $2, $3, 'pending', $4) ON CONFLICT (client, key) DO NOTHING RETURNING true";
+const SQL_KEY_READ: &str = "SELECT k.request_hash, k.status, k.seq, f.body FROM idempotency_keys k \
+     LEFT JOIN facts f ON f.seq = k.seq WHERE k.client = $1 AND k.key = $2";
+const SQL_INBOX_CLAIM: &str = "INSERT INTO inbox (message_id, fingerprint, client, key, at) \
+     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (message_id) DO NOTHING RETURNING true";
+const SQL_INBOX_READ: &str = "SELECT fingerprint FROM inbox WHERE message_id = $1";
+const SQL_INBOX_SEQ: &str = "UPDATE inbox SET seq = $2 WHERE message_id = $1";
+const SQL_ACCOUNT_LOCK: &str =
+    "SELECT currency, balance::text FROM accounts WHERE account = $1 FOR UPDATE";
+const SQL_REFUNDED_LOCK: &str =
+    "SELECT withdrawn, total FROM refunded WHERE client = $1 AND withdrawal = $2 FOR UPDATE";
+const SQL_NEXTVAL: &str = "SELECT nextval('fact_seq')";
+const SQL_ACCOUNT_CREATE: &str = "INSERT INTO accounts (account, currency, balance) \
+     VALUES ($1, $2, $3::bigint) RETURNING balance::text";
+const SQL_ACCOUNT_ADD: &str = "UPDATE accounts SET balance = balance + $3::bigint \
+     WHERE account = $1 AND currency = $2 RETURNING balance::text";
+const SQL_ACCOUNT_TAKE: &str = "UPDATE accounts SET balance = balance - $3::bigint \
+     WHERE account = $1 AND currency = $2 AND balance >= $3::bigint RETURNING balance::text";
+const SQL_SYSTEM_ADD: &str = "INSERT INTO system_balances (account, currency, shard, balance) \
+     VALUES ($1, $2, $3, $4::bigint) ON CONFLICT (account, currency, shard) \
+     DO UPDATE SET balance = system_balances.balance + EXCLUDED.balance";
+const SQL_REFUNDED_CREATE: &str = "INSERT INTO refunded (client, withdrawal, withdrawn, total) \
+     VALUES ($1, $2, $3, $4) RETURNING total";
+const SQL_REFUNDED_ADD: &str = "UPDATE refunded SET total = total + $3 \
+     WHERE client = $1 AND withdrawal = $2 AND total + $3 <= withdrawn RETURNING total";
+const SQL_FACT_INSERT: &str = "INSERT INTO facts (seq, at, client, key, kind, rejection, body, doc) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+const SQL_KEY_DONE: &str = "UPDATE idempotency_keys SET status = 'done', seq = $3, response = $4 \
+     WHERE client = $1 AND key = $2 AND status = 'pending'";
+const SQL_COUNT: &str = "INSERT INTO counters (name, shard, n) VALUES ($1, $2, $3) \
+     ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n";
+const SQL_QUARANTINE: &str = "INSERT INTO quarantine (at, message_id, reason, payload) \
+     VALUES ($1, $2, $3, $4) RETURNING id";
+
+struct Statements {
+    key_claim: tokio_postgres::Statement,
+    key_read: tokio_postgres::Statement,
+    inbox_claim: tokio_postgres::Statement,
+    inbox_read: tokio_postgres::Statement,
+    inbox_seq: tokio_postgres::Statement,
+    account_lock: tokio_postgres::Statement,
+    refunded_lock: tokio_postgres::Statement,
+    nextval: tokio_postgres::Statement,
+    account_create: tokio_postgres::Statement,
+    account_add: tokio_postgres::Statement,
+    account_take: tokio_postgres::Statement,
+    system_add: tokio_postgres::Statement,
+    refunded_create: tokio_postgres::Statement,
+    refunded_add: tokio_postgres::Statement,
+    fact_insert: tokio_postgres::Statement,
+    key_done: tokio_postgres::Statement,
+    count: tokio_postgres::Statement,
+}
+
+impl Statements {
+    async fn prepare(
+        tx: &deadpool_postgres::Transaction<'_>,
+    ) -> Result<Self, tokio_postgres::Error> {
+        Ok(Self {
+            key_claim: tx.prepare_cached(SQL_KEY_CLAIM).await?,
+            key_read: tx.prepare_cached(SQL_KEY_READ).await?,
+            inbox_claim: tx.prepare_cached(SQL_INBOX_CLAIM).await?,
+            inbox_read: tx.prepare_cached(SQL_INBOX_READ).await?,
+            inbox_seq: tx.prepare_cached(SQL_INBOX_SEQ).await?,
+            account_lock: tx.prepare_cached(SQL_ACCOUNT_LOCK).await?,
+            refunded_lock: tx.prepare_cached(SQL_REFUNDED_LOCK).await?,
+            nextval: tx.prepare_cached(SQL_NEXTVAL).await?,
+            account_create: tx.prepare_cached(SQL_ACCOUNT_CREATE).await?,
+            account_add: tx.prepare_cached(SQL_ACCOUNT_ADD).await?,
+            account_take: tx.prepare_cached(SQL_ACCOUNT_TAKE).await?,
+            system_add: tx.prepare_cached(SQL_SYSTEM_ADD).await?,
+            refunded_create: tx.prepare_cached(SQL_REFUNDED_CREATE).await?,
+            refunded_add: tx.prepare_cached(SQL_REFUNDED_ADD).await?,
+            fact_insert: tx.prepare_cached(SQL_FACT_INSERT).await?,
+            key_done: tx.prepare_cached(SQL_KEY_DONE).await?,
+            count: tx.prepare_cached(SQL_COUNT).await?,
+        })
+    }
+}
+
+/// The counter a fact adds one to.
+fn counter_name(body: &FactBody) -> String {
+    match body {
+        FactBody::DepositRecorded { .. } => "applied.deposit".into(),
+        FactBody::WithdrawalRecorded { .. } => "applied.withdraw".into(),
+        FactBody::RefundRecorded { .. } => "applied.refund".into(),
+        FactBody::CommandRejected { rejection, .. } => format!("rejected.{}", rejection.code()),
+    }
+}
+
+const COUNTER_EXPIRED: &str = "expired";
+
+/// Counts per name (summed over shards) as [`Stats`] holds them.
+fn stats_from_counters(counts: &HashMap<String, i64>) -> Stats {
+    let n = |name: &str| u64::try_from(counts.get(name).copied().unwrap_or(0)).unwrap_or(0);
+    let mut stats = Stats {
+        applied: [
+            n("applied.deposit"),
+            n("applied.withdraw"),
+            n("applied.refund"),
+        ],
+        ..Stats::default()
+    };
+    for r in Rejection::ALL {
+        stats.rejected[r.index()] = n(&format!("rejected.{}", r.code()));
+    }
+    let facts = stats.applied_total() + stats.rejected_total();
+    stats.keys_expired = n(COUNTER_EXPIRED);
+    stats.keys_done = facts.saturating_sub(stats.keys_expired);
+    stats
+}
+
+/// Releases this process's claim and counts the command out, however it ends.
+struct Flight<'a> {
+    inner: &'a Inner,
+    ck: (ClientId, Key),
+    token: Option<u64>,
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token {
+            let mut claims = self.inner.claims.lock();
+            if claims.get(&self.ck).is_some_and(|c| c.token == token) {
+                claims.remove(&self.ck);
+            }
+        }
+        if self.inner.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.inner.idle.notify_waiters();
+        }
+    }
+}
+
+// ---- opening -------------------------------------------------------------------------
+
+fn valid_schema(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && s.len() <= 63
+}
+
+/// Where a configuration points, without the password.
+fn target(cfg: &tokio_postgres::Config) -> String {
+    use tokio_postgres::config::Host;
+    let host = match cfg.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        #[cfg(unix)]
+        Some(Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = cfg.get_ports().first().copied().unwrap_or(5432);
+    let user = cfg.get_user().map(|u| format!("{u}@")).unwrap_or_default();
+    let db = cfg.get_dbname().or(cfg.get_user()).unwrap_or("postgres");
+    format!("postgres://{user}{host}:{port}/{db}")
+}
+
+impl PgStore {
+    /// Connects, applies the migrations this build knows (once, under an advisory lock,
+    /// so workers starting together do not race), checks that the balances sum to zero,
+    /// and returns the store with what it found.
+    pub async fn open(
+        url: &str,
+        rules: Rules,
+        options: PgOptions,
+    ) -> Result<(PgStore, OpenReport), LedgerError> {
+        let started = Instant::now();
+        if !valid_schema(&options.schema) {
+            return Err(LedgerError::Unavailable(format!(
+                "invalid schema name {:?}: use lower-case letters, digits and '_'",
+                options.schema
+            )));
+        }
+        let mut cfg: tokio_postgres::Config = url.parse().map_err(|e| {
+            LedgerError::Unavailable(format!("the PostgreSQL URL does not parse: {e}"))
+        })?;
+        let location = format!("{} (schema {})", target(&cfg), options.schema);
+        if cfg.get_connect_timeout().is_none() {
+            cfg.connect_timeout(options.connect_timeout);
+        }
+        if cfg.get_application_name().is_none() {
+            cfg.application_name("idem");
+        }
+        // Session settings, sent with the startup packet so they cost no round trip:
+        // - synchronous_commit on: COMMIT returns once the commit is flushed to the WAL,
+        //   whatever the server's default, because an answer follows the COMMIT.
+        // - idle_in_transaction_session_timeout and statement_timeout = the lease: a worker
+        //   that hangs inside a transaction (stopped, partitioned) loses its session, and
+        //   with it its uncommitted claim, once the lease runs out, so the key can be
+        //   claimed again. A worker that dies outright loses it when the socket closes.
+        // - lock_timeout = the lease: no wait on a row lock outlasts a lease; the key claim
+        //   lowers it to the in-flight wait for its own statements.
+        let lease = ms(rules.lease);
+        let ours = format!(
+            "-c synchronous_commit=on -c search_path={} -c idle_in_transaction_session_timeout={lease} \
+             -c statement_timeout={lease} -c lock_timeout={lease}",
+            options.schema
+        );
+        let opts = match cfg.get_options() {
+            Some(theirs) if !theirs.is_empty() => format!("{theirs} {ours}"),
+            _ => ours,
+        };
+        cfg.options(opts);
+        let manager = Manager::from_config(
+            cfg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(rules.lease))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| LedgerError::Unavailable(format!("PostgreSQL connection pool: {e}")))?;
+        let store = PgStore {
+            inner: Arc::new(Inner {
+                pool,
+                options,
+                location,
+                claims: Mutex::new(HashMap::new()),
+                activity: Mutex::new(HashMap::new()),
+                in_flight: AtomicUsize::new(0),
+                idle: tokio::sync::Notify::new(),
+                closed: AtomicBool::new(false),
+                durable_seq: AtomicU64::new(0),
+                last_at: AtomicI64::new(i64::MIN),
+                next_token: AtomicU64::new(1),
+                next_shard: AtomicU64::new(std::process::id().into()),
+                replayed: AtomicU64::new(0),
+                conflicts_in_flight: AtomicU64::new(0),
+                conflicts_reused: AtomicU64::new(0),
+                metrics: Mutex::new(CommitMetrics::default()),
+                rules,
+            }),
+        };
+        let fresh = store.migrate().await?;
+        let mut report = store.check_on_open(fresh).await?;
+        report.open_ms = started.elapsed().as_millis();
+        Ok((store, report))
+    }
+
+    /// Applies the migrations this build knows and has not applied. Returns whether the
+    /// schema was created now.
+    async fn migrate(&self) -> Result<bool> {
+        let inner = &self.inner;
+        let mut conn = inner.pool.get().await.map_err(pool_err)?;
+        let tx = conn.transaction().await.map_err(|e| pg_err(&e))?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        // One migrator at a time per database and schema; the lock ends with the
+        // transaction, so a migrator that dies releases it.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('idem.migrate'), hashtext($1))",
+            &[&inner.options.schema],
+        )
+        .await
+        .map_err(pg)?;
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = 0; \
+             CREATE SCHEMA IF NOT EXISTS {schema}; \
+             CREATE TABLE IF NOT EXISTS {schema}.schema_version ( \
+                 version integer PRIMARY KEY, \
+                 name text NOT NULL, \
+                 applied_at timestamptz NOT NULL)",
+            schema = inner.options.schema
+        ))
+        .await
+        .map_err(pg)?;
+        let current: i32 = tx
+            .query_one("SELECT coalesce(max(version), 0) FROM schema_version", &[])
+            .await
+            .map_err(pg)
+            .and_then(|row| get(&row, 0))?;
+        let known = i32::try_from(MIGRATIONS.len()).unwrap_or(i32::MAX);
+        if current > known {
+            return Err(LedgerError::Unavailable(format!(
+                "the database is at schema version {current}, newer than this build's {known}; \
+                 run a newer Idem"
+            )));
+        }
+        let now = db_time(inner.rules.clock.now())?;
+        for (version, (name, sql)) in (1..).zip(MIGRATIONS) {
+            if version <= current {
+                continue;
+            }
+            tx.batch_execute(sql).await.map_err(pg)?;
+            tx.execute(
+                "INSERT INTO schema_version (version, name, applied_at) VALUES ($1, $2, $3)",
+                &[&version, name, &now],
+            )
+            .await
+            .map_err(pg)?;
+        }
+        tx.commit().await.map_err(pg)?;
+        Ok(current == 0)
+    }
+
+    /// What sled's open checks, as far as it is cheap here: the balances sum to zero per
+    /// currency. The rest is `verify`'s.
+    async fn check_on_open(&self, fresh: bool) -> Result<OpenReport> {
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let sums = conn
+            .query(
+                "SELECT currency, sum(balance)::text FROM ( \
+                     SELECT currency, balance FROM accounts \
+                     UNION ALL SELECT currency, balance FROM system_balances) b \
+                 GROUP BY currency HAVING sum(balance) <> 0",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        if let Some(row) = sums.first() {
+            let currency: String = get(row, 0)?;
+            let sum: String = get(row, 1)?;
+            return Err(self.corrupt(format!("balances in {currency} sum to {sum}, not 0")));
+        }
+        let stats = self.stats_now(&conn).await?;
+        let accounts: i64 = conn
+            .query_one("SELECT count(*) FROM accounts", &[])
+            .await
+            .map_err(pg)
+            .and_then(|row| get(&row, 0))?;
+        // The newest fact by number (an index lookup, not a scan): its time is where this
+        // process's facts start from.
+        let mut last_fact_at = None;
+        if stats.last_seq > 0 {
+            let at = stats.last_at;
+            self.inner.last_at.fetch_max(at.millis(), Ordering::SeqCst);
+            last_fact_at = Some(at.to_rfc3339());
+        }
+        Ok(OpenReport {
+            fresh,
+            facts: stats.applied_total() + stats.rejected_total(),
+            keys_done: stats.keys_done,
+            keys_expired: stats.keys_expired,
+            accounts: usize::try_from(accounts).unwrap_or(0),
+            last_fact_at,
+            open_ms: 0,
+        })
+    }
+
+    pub fn options(&self) -> &PgOptions {
+        &self.inner.options
+    }
+
+    fn corrupt(&self, detail: String) -> LedgerError {
+        LedgerError::Corrupt {
+            path: self.inner.location.clone(),
+            detail,
+        }
+    }
+
+    async fn conn(&self) -> Result<deadpool_postgres::Object> {
+        self.inner.pool.get().await.map_err(pool_err)
+    }
+
+    fn observe_seq(&self, seq: i64) {
+        if let Ok(seq) = u64::try_from(seq) {
+            self.inner.durable_seq.fetch_max(seq, Ordering::SeqCst);
+        }
+    }
+
+    /// The time a new fact is recorded with: never earlier than one this process saw.
+    fn record_time(&self) -> Timestamp {
+        let now = self.inner.rules.clock.now().millis();
+        Timestamp(now.max(self.inner.last_at.load(Ordering::SeqCst)))
+    }
+
+    fn next_shard(&self) -> i16 {
+        let n = self.inner.next_shard.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        i16::try_from(n).unwrap_or(0)
+    }
+
+    fn note(&self, ck: &(ClientId, Key), replay: bool) {
+        let mut activity = self.inner.activity.lock();
+        if activity.len() >= ACTIVITY_MAX && !activity.contains_key(ck) {
+            activity.clear();
+        }
+        let e = activity.entry(ck.clone()).or_default();
+        if replay {
+            e.0 = e.0.saturating_add(1);
+        } else {
+            e.1 = e.1.saturating_add(1);
+        }
+    }
+
+    fn activity(&self, ck: &(ClientId, Key)) -> (u32, u32) {
+        self.inner
+            .activity
+            .lock()
+            .get(ck)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn observed(&self) -> Observed {
+        Observed {
+            replayed: self.inner.replayed.load(Ordering::Relaxed),
+            conflicts_in_flight: self.inner.conflicts_in_flight.load(Ordering::Relaxed),
+            conflicts_reused: self.inner.conflicts_reused.load(Ordering::Relaxed),
+        }
+    }
+
+    fn record_latency(&self, started: Instant) {
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let mut m = self.inner.metrics.lock();
+        let i = LATENCY_BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(LATENCY_BUCKETS_US.len() - 1);
+        m.latency_buckets[i] += 1;
+        m.latency_sum_us = m.latency_sum_us.saturating_add(us);
+        // Each command is its own transaction and its own commit: a "batch" of one.
+        m.batches += 1;
+        m.commands += 1;
+        m.batch_size_max = m.batch_size_max.max(1);
+        m.last_batch_size = 1;
+    }
+
+    /// How long one attempt may take before the answer is "unavailable": the server ends
+    /// a session idle in a transaction after the lease; this also covers a network that
+    /// went silent.
+    fn attempt_deadline(&self) -> Duration {
+        self.inner.rules.lease + self.inner.options.connect_timeout
+    }
+
+    // ---- the command path ------------------------------------------------------------
+
+    async fn submit_command(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        let inner = &*self.inner;
+        let ck = (client.clone(), key.clone());
+        inner.in_flight.fetch_add(1, Ordering::SeqCst);
+        let mut flight = Flight {
+            inner,
+            ck: ck.clone(),
+            token: None,
+        };
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(LedgerError::Closed);
+        }
+        let fingerprint = command.fingerprint();
+        let now = inner.rules.clock.now();
+        {
+            // A twin already running in this process: answer as sled does, without a
+            // round trip. The database would answer the same after the in-flight wait.
+            let mut claims = inner.claims.lock();
+            if let Some(claim) = claims.get(&ck) {
+                let ends = claim.since.saturating_add_ms(ms_i64(inner.rules.lease));
+                if now < ends {
+                    let reused = claim.fingerprint != fingerprint;
+                    drop(claims);
+                    self.note(&ck, false);
+                    if reused {
+                        inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                        return Ok(Submission::Reused);
+                    }
+                    inner.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Submission::InProgress {
+                        retry_after: RETRY_AFTER,
+                    });
+                }
+                // Past its lease: the database decides (the server has ended a session
+                // that hung that long, so its claim is gone).
+            }
+            let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
+            claims.insert(
+                ck.clone(),
+                Claim {
+                    fingerprint,
+                    token,
+                    since: now,
+                    command: command.clone(),
+                },
+            );
+            flight.token = Some(token);
+        }
+        let started = Instant::now();
+        let deadline = self.attempt_deadline();
+        let mut attempt = 0;
+        let answer = loop {
+            let run = self.execute(client, key, &command, fingerprint, message.as_ref());
+            match tokio::time::timeout(deadline, run).await {
+                Err(_) => {
+                    break Err(LedgerError::Unavailable(format!(
+                        "PostgreSQL did not answer within {deadline:?}; the command may or \
+                         may not be recorded: retry with the same key"
+                    )));
+                }
+                Ok(Ok(answer)) => break Ok(answer),
+                Ok(Err(Abort::InFlight)) => {
+                    inner.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
+                    self.note(&ck, false);
+                    break Ok(Submission::InProgress {
+                        retry_after: RETRY_AFTER,
+                    });
+                }
+                Ok(Err(Abort::Retry(why))) => {
+                    attempt += 1;
+                    if attempt > RETRIES {
+                        break Err(LedgerError::Unavailable(format!(
+                            "gave up after {RETRIES} retries: {why}"
+                        )));
+                    }
+                    tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
+                }
+                Ok(Err(Abort::Fail(e))) => break Err(e),
+            }
+        };
+        self.record_latency(started);
+        drop(flight);
+        answer
+    }
+
+    /// One attempt: the whole command in one transaction (see the module docs).
+    async fn execute(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: &Command,
+        fingerprint: Fingerprint,
+        message: Option<&MessageId>,
+    ) -> Result<Submission, Abort> {
+        let inner = &*self.inner;
+        let mut conn = inner.pool.get().await?;
+        let tx = conn.transaction().await?;
+        let s = Statements::prepare(&tx).await?;
+        let at = self.record_time();
+        let at_db = db_time(at)?;
+        let (c, k) = (client.as_str(), key.as_str());
+        let fp: &[u8] = &fingerprint.0;
+        let message_fp = message.map(|_| message_fingerprint(client, key, command));
+        let message_fp_bytes = message_fp.map(|f| f.0.to_vec());
+        let message_id = message.map(MessageId::as_str);
+        let withdrawal_key = match command {
+            Command::Refund { withdrawal, .. } => Some(withdrawal.as_str()),
+            _ => None,
+        };
+
+        // Round trip 1: claim the message id and the key (waiting at most the in-flight
+        // wait for a twin's claim), and read what they hold. Reading right after the
+        // claim costs nothing when the claim succeeds and saves a round trip when not.
+        let set_wait = format!(
+            "SET LOCAL lock_timeout = '{}ms'",
+            ms(inner.options.in_flight_wait)
+        );
+        let inbox_claim_p: Option<[P; 5]> = match (&message_id, &message_fp_bytes) {
+            (Some(m), Some(f)) => Some([m, f, &c, &k, &at_db]),
+            _ => None,
+        };
+        let inbox_read_p: Option<[P; 1]> = message_id.as_ref().map(|m| [m as P]);
+        let key_claim_p: [P; 4] = [&c, &k, &fp, &at_db];
+        let key_read_p: [P; 2] = [&c, &k];
+        let withdrawal_read_p: Option<[P; 2]> = withdrawal_key.as_ref().map(|w| [&c as P, w]);
+        let (set, inbox_claim, inbox_read, key_claim, key_read, withdrawal_read) = tokio::join!(
+            tx.batch_execute(&set_wait),
+            opt(inbox_claim_p
+                .as_ref()
+                .map(|p| tx.query_opt(&s.inbox_claim, p))),
+            opt(inbox_read_p
+                .as_ref()
+                .map(|p| tx.query_opt(&s.inbox_read, p))),
+            tx.query_opt(&s.key_claim, &key_claim_p),
+            tx.query_opt(&s.key_read, &key_read_p),
+            opt(withdrawal_read_p
+                .as_ref()
+                .map(|p| tx.query_opt(&s.key_read, p))),
+        );
+        // Results in the order sent: the first error is the cause, the later ones only
+        // say that the transaction was aborted.
+        set.map_err(claim_err)?;
+        let inbox_claimed = match inbox_claim {
+            Some(r) => r.map_err(claim_err)?.is_some(),
+            None => false,
+        };
+        let inbox_row = inbox_read.transpose().map_err(claim_err)?.flatten();
+        let key_claimed = key_claim.map_err(claim_err)?.is_some();
+        let key_row = key_read.map_err(claim_err)?;
+        let withdrawal_row = withdrawal_read.transpose().map_err(claim_err)?.flatten();
+
+        if let (Some(m), Some(mfp)) = (message, message_fp)
+            && !inbox_claimed
+        {
+            let Some(row) = inbox_row else {
+                return Err(Abort::Retry("the message id's row vanished".into()));
+            };
+            let seen: &[u8] = get(&row, 0)?;
+            if seen != mfp.0 {
+                // Rolled back first: this attempt may hold a new key's claim.
+                let _ = tx.rollback().await;
+                let reason = "message_id_reused: this message id was delivered before with \
+                              another payload";
+                let payload = format!(
+                    "{{\"key\":{:?},\"command\":{:?}}}",
+                    key.as_str(),
+                    command.name()
+                );
+                let stmt = conn.prepare_cached(SQL_QUARANTINE).await?;
+                conn.query_one(
+                    &stmt,
+                    &[&at_db, &Some(m.as_str()), &reason, &payload.as_str()],
+                )
+                .await?;
+                return Ok(Submission::Quarantined {
+                    reason: reason.into(),
+                });
+            }
+        }
+
+        let ck = (client.clone(), key.clone());
+        if !key_claimed {
+            let Some(row) = key_row else {
+                return Err(Abort::Retry("the key's row vanished".into()));
+            };
+            let (stored, existing) = self.key_fact(&row)?;
+            if core::classify(Some(stored), fingerprint) == Seen::Reused {
+                let _ = tx.rollback().await;
+                inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                self.note(&ck, false);
+                return Ok(Submission::Reused);
+            }
+            let fact = existing.ok_or_else(|| {
+                self.corrupt(format!("key {k:?} of {c:?} is committed without its fact"))
+            })?;
+            if inbox_claimed && let Some(m) = message_id {
+                // A new message for a done key: remember the message with the key's fact,
+                // as sled does, so its redelivery is known by id too.
+                let seq = db_int(fact.seq)?;
+                tx.execute(&s.inbox_seq, &[&m, &seq]).await?;
+                tx.commit().await?;
+            } else {
+                let _ = tx.rollback().await;
+            }
+            inner.replayed.fetch_add(1, Ordering::Relaxed);
+            self.note(&ck, true);
+            inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
+            inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
+            return Ok(Submission::Replayed(Outcome::from_fact(&fact)));
+        }
+
+        // Round trip 2: lock what the decision reads, then take the fact's number. The
+        // number is taken after the locks so that, per account and per withdrawal, the
+        // order of numbers is the order of the changes (what `verify` folds).
+        let withdrawal = match withdrawal_row {
+            Some(row) => match self.key_fact(&row)?.1.map(|f| f.body) {
+                Some(FactBody::WithdrawalRecorded {
+                    account,
+                    amount,
+                    currency,
+                    ..
+                }) => Some((account, amount, currency)),
+                _ => None,
+            },
+            None => None,
+        };
+        let account = match command {
+            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
+                Some(account.as_str())
+            }
+            Command::Refund { .. } => withdrawal.as_ref().map(|w| w.0.as_str()),
+        };
+        let set_lease = format!("SET LOCAL lock_timeout = '{}ms'", ms(inner.rules.lease));
+        let refunded_lock_p: Option<[P; 2]> = match (&withdrawal_key, &withdrawal) {
+            (Some(w), Some(_)) => Some([&c, w]),
+            _ => None,
+        };
+        let account_lock_p: Option<[P; 1]> = account.as_ref().map(|a| [a as P]);
+        let (set, refunded_row, account_row, seq_row) = tokio::join!(
+            tx.batch_execute(&set_lease),
+            opt(refunded_lock_p
+                .as_ref()
+                .map(|p| tx.query_opt(&s.refunded_lock, p))),
+            opt(account_lock_p
+                .as_ref()
+                .map(|p| tx.query_opt(&s.account_lock, p))),
+            tx.query_one(&s.nextval, &[]),
+        );
+        set?;
+        let refunded_row = refunded_row.transpose()?.flatten();
+        let account_row = account_row.transpose()?.flatten();
+        let seq: i64 = get(&seq_row?, 0)?;
+        let seq_u = u64::try_from(seq).map_err(|_| self.corrupt(format!("seq {seq}")))?;
+
+        let account_view = match &account_row {
+            Some(row) => Some(AccountView {
+                currency: self.currency(get(row, 0)?)?,
+                balance: self.number(get(row, 1)?)?,
+            }),
+            None => None,
+        };
+        let refunded_before = match &refunded_row {
+            Some(row) => u64::try_from(get::<i64>(row, 1)?).unwrap_or(0),
+            None => 0,
+        };
+        let inputs = Inputs {
+            account: account_view,
+            withdrawal: withdrawal
+                .as_ref()
+                .map(|(account, amount, currency)| WithdrawalView {
+                    account: account.clone(),
+                    currency: *currency,
+                    amount: *amount,
+                    refunded: refunded_before,
+                }),
+        };
+        let fact = core::decide(client, key, command, &inputs, seq_u, at);
+        let outcome = Outcome::from_fact(&fact);
+        let response = fact::json::outcome(&outcome);
+        let doc = fact::json::fact(&fact);
+        let body = fact.encode();
+        let kind = fact.body.persisted_name();
+        let rejection = match &fact.body {
+            FactBody::CommandRejected { rejection, .. } => Some(rejection.code()),
+            _ => None,
+        };
+        let counter = counter_name(&fact.body);
+        let shard = self.next_shard();
+        let one = 1i64;
+
+        // Round trip 3: the effect. Every statement's rows are checked below before the
+        // COMMIT; none of them can fail under the locks taken above unless the tables
+        // disagree with the log, and then nothing is committed.
+        let mut user_leg = None;
+        let mut system_leg = None;
+        for (leg_account, currency, delta) in projection::legs(&fact) {
+            let delta = i64::try_from(delta)
+                .map_err(|_| LedgerError::Unavailable(format!("a change of {delta}")))?;
+            if leg_account.is_system() {
+                system_leg = Some((leg_account, currency, delta));
+            } else {
+                user_leg = Some((leg_account, currency, delta));
+            }
+        }
+        let user_stmt = user_leg.as_ref().map(|(_, _, delta)| {
+            if *delta < 0 {
+                &s.account_take
+            } else if account_row.is_some() {
+                &s.account_add
+            } else {
+                &s.account_create
+            }
+        });
+        let user_values = user_leg
+            .as_ref()
+            .map(|(a, cur, delta)| (a.as_str(), cur.as_str(), delta.abs()));
+        let user_p: Option<[P; 3]> = user_values.as_ref().map(|(a, cur, n)| [a as P, cur, n]);
+        let system_values = system_leg
+            .as_ref()
+            .map(|(a, cur, delta)| (a.as_str(), cur.as_str(), *delta));
+        let system_p: Option<[P; 4]> = system_values
+            .as_ref()
+            .map(|(a, cur, n)| [a as P, cur, &shard, n]);
+        // (withdrawal key, amount, refunded total after, amount withdrawn)
+        let refund = match &fact.body {
+            FactBody::RefundRecorded {
+                withdrawal,
+                amount,
+                refunded_total,
+                ..
+            } => Some((
+                withdrawal.as_str(),
+                db_int(amount.units())?,
+                *refunded_total,
+                withdrawal_amount(&inputs)?,
+            )),
+            _ => None,
+        };
+        let refunded_add_p: Option<[P; 3]> = refund
+            .as_ref()
+            .filter(|_| refunded_row.is_some())
+            .map(|(w, n, _, _)| [&c as P, w, n]);
+        let refunded_create_p: Option<[P; 4]> = refund
+            .as_ref()
+            .filter(|_| refunded_row.is_none())
+            .map(|(w, n, _, withdrawn)| [&c as P, w, withdrawn, n]);
+        let fact_p: [P; 8] = [&seq, &at_db, &c, &k, &kind, &rejection, &body, &doc];
+        let key_done_p: [P; 4] = [&c, &k, &seq, &response];
+        let count_p: [P; 3] = [&counter, &shard, &one];
+        let inbox_seq_p: Option<[P; 2]> = message_id
+            .as_ref()
+            .filter(|_| inbox_claimed)
+            .map(|m| [m as P, &seq]);
+        let (
+            refunded_add,
+            refunded_create,
+            user_res,
+            system_res,
+            fact_res,
+            key_res,
+            count_res,
+            inbox_res,
+        ) = tokio::join!(
+            opt(refunded_add_p
+                .as_ref()
+                .map(|p| tx.query_opt(&s.refunded_add, p))),
+            opt(refunded_create_p
+                .as_ref()
+                .map(|p| tx.query_opt(&s.refunded_create, p))),
+            opt(user_stmt
+                .zip(user_p.as_ref())
+                .map(|(stmt, p)| tx.query_opt(stmt, p))),
+            opt(system_p.as_ref().map(|p| tx.execute(&s.system_add, p))),
+            tx.execute(&s.fact_insert, &fact_p),
+            tx.execute(&s.key_done, &key_done_p),
+            tx.execute(&s.count, &count_p),
+            opt(inbox_seq_p.as_ref().map(|p| tx.execute(&s.inbox_seq, p))),
+        );
+        if let Some(r) = refunded_add.or(refunded_create) {
+            let row = r?;
+            let total: Option<i64> = row.as_ref().map(|row| get(row, 0)).transpose()?;
+            let expected = refund.map(|r| r.2);
+            if total.and_then(|t| u64::try_from(t).ok()) != expected {
+                return Err(self.disagree(format!(
+                    "the refunded total of {:?} is {total:?}, the decision gives {expected:?}",
+                    withdrawal_key.unwrap_or_default()
+                )));
+            }
+        }
+        if let Some(r) = user_res {
+            let row = r?;
+            let balance = match &row {
+                Some(row) => Some(self.number(get(row, 0)?)?),
+                None => None,
+            };
+            let expected = balance_after(&fact.body);
+            if balance != expected {
+                return Err(self.disagree(format!(
+                    "{}'s balance became {balance:?}, the decision gives {expected:?}",
+                    account.unwrap_or_default()
+                )));
+            }
+        }
+        if let Some(r) = system_res {
+            one_row(r?, "the system account's shard")?;
+        }
+        one_row(fact_res?, "the fact")?;
+        one_row(key_res?, "the key's outcome")?;
+        one_row(count_res?, "the counter")?;
+        if let Some(r) = inbox_res {
+            one_row(r?, "the inbox record")?;
+        }
+        tx.commit().await?;
+        inner.durable_seq.fetch_max(seq_u, Ordering::SeqCst);
+        inner.last_at.fetch_max(at.millis(), Ordering::SeqCst);
+        Ok(Submission::Executed(outcome))
+    }
+
+    fn disagree(&self, detail: String) -> Abort {
+        Abort::Fail(LedgerError::Unavailable(format!(
+            "the tables disagree with the decision, nothing was recorded: {detail}; run verify"
+        )))
+    }
+
+    fn currency(&self, s: String) -> Result<Currency> {
+        Currency::parse(&s).map_err(|_| self.corrupt(format!("a stored currency {s:?}")))
+    }
+
+    fn number(&self, s: String) -> Result<u128> {
+        s.parse()
+            .map_err(|_| self.corrupt(format!("a stored balance {s:?}")))
+    }
+
+    fn signed(&self, s: String) -> Result<i128> {
+        s.parse()
+            .map_err(|_| self.corrupt(format!("a stored balance {s:?}")))
+    }
+
+    /// A key row as read by `SQL_KEY_READ`: its fingerprint and its fact, if it has one.
+    fn key_fact(&self, row: &Row) -> Result<(Fingerprint, Option<Fact>)> {
+        let hash: &[u8] = get(row, 0)?;
+        let fingerprint = Fingerprint(
+            hash.try_into()
+                .map_err(|_| self.corrupt("a key's fingerprint of the wrong length".into()))?,
+        );
+        let seq: Option<i64> = get(row, 2)?;
+        let body: Option<&[u8]> = get(row, 3)?;
+        let fact = match (seq, body) {
+            (Some(seq), Some(body)) => Some(self.decode(seq, body)?),
+            _ => None,
+        };
+        Ok((fingerprint, fact))
+    }
+
+    fn decode(&self, seq: i64, body: &[u8]) -> Result<Fact> {
+        let seq = u64::try_from(seq).map_err(|_| self.corrupt(format!("seq {seq}")))?;
+        Fact::decode(seq, body).map_err(|e| self.corrupt(e.to_string()))
+    }
+
+    async fn insert_quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: Vec<u8>,
+    ) -> Result<u64> {
+        let mut text = String::from_utf8_lossy(&payload).into_owned();
+        if text.len() > 4096 {
+            let mut cut = 4096;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        // PostgreSQL text cannot hold NUL.
+        let text = text.replace('\0', "\u{FFFD}");
+        let at = db_time(self.inner.rules.clock.now())?;
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let stmt = conn.prepare_cached(SQL_QUARANTINE).await.map_err(pg)?;
+        let row = conn
+            .query_one(&stmt, &[&at, &message_id, &reason, &text])
+            .await
+            .map_err(pg)?;
+        let id: i64 = get(&row, 0)?;
+        Ok(u64::try_from(id).unwrap_or(0))
+    }
+
+    // ---- reads -----------------------------------------------------------------------
+
+    async fn stats_now(&self, conn: &deadpool_postgres::Object) -> Result<Stats> {
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let (counts, last) = tokio::join!(
+            conn.query(
+                "SELECT name, sum(n)::bigint FROM counters GROUP BY name",
+                &[]
+            ),
+            conn.query_opt("SELECT seq, at FROM facts ORDER BY seq DESC LIMIT 1", &[]),
+        );
+        let mut by_name = HashMap::new();
+        for row in counts.map_err(pg)? {
+            by_name.insert(get::<String>(&row, 0)?, get::<i64>(&row, 1)?);
+        }
+        let mut stats = stats_from_counters(&by_name);
+        if let Some(row) = last.map_err(pg)? {
+            let seq: i64 = get(&row, 0)?;
+            self.observe_seq(seq);
+            stats.last_seq = u64::try_from(seq).unwrap_or(0);
+            stats.last_at = from_db_time(get(&row, 1)?);
+        }
+        stats.observed = self.observed();
+        Ok(stats)
+    }
+
+    fn pending_info(&self, ck: &(ClientId, Key), claim: &Claim) -> KeyInfo {
+        let now = self.inner.rules.clock.now();
+        let (replays, conflicts) = self.activity(ck);
+        KeyInfo {
+            client: ck.0.clone(),
+            key: ck.1.clone(),
+            status: KeyStatus::Pending,
+            command: claim.command.clone(),
+            since: claim.since,
+            outcome: None,
+            lease_expired: now
+                >= claim
+                    .since
+                    .saturating_add_ms(ms_i64(self.inner.rules.lease)),
+            replays,
+            conflicts,
+        }
+    }
+
+    /// A done or expired key from its row: status and its fact.
+    fn key_info(
+        &self,
+        client: ClientId,
+        key: Key,
+        status: &str,
+        fact: Option<Fact>,
+    ) -> Result<KeyInfo> {
+        let fact =
+            fact.ok_or_else(|| self.corrupt(format!("key {key:?} of {client:?} has no fact")))?;
+        let outcome = Outcome::from_fact(&fact);
+        let command = fact.body.command();
+        let ck = (client, key);
+        let (replays, conflicts) = self.activity(&ck);
+        Ok(KeyInfo {
+            client: ck.0,
+            key: ck.1,
+            status: if status == "expired" {
+                KeyStatus::Expired
+            } else {
+                KeyStatus::Done
+            },
+            command,
+            since: fact.at,
+            outcome: Some(outcome),
+            lease_expired: false,
+            replays,
+            conflicts,
+        })
+    }
+
+    fn names(&self, client: String, key: String) -> Result<(ClientId, Key)> {
+        let c = ClientId::parse(&client)
+            .map_err(|_| self.corrupt(format!("a stored client name {client:?}")))?;
+        let k = Key::parse(&key).map_err(|_| self.corrupt(format!("a stored key {key:?}")))?;
+        Ok((c, k))
+    }
+
+    /// [`Store::keys`]: the sled store's semantics, except that `next` is the last key
+    /// returned (or, when a filtered scan hit its cap, the last key read), so it is `None`
+    /// exactly when nothing matching is left.
+    async fn keys_page(&self, q: KeyQuery) -> Result<KeyPage> {
+        if q.status == Some(KeyStatus::Pending) {
+            let keys = Store::pending(self)
+                .into_iter()
+                .filter(|k| q.client.as_ref().is_none_or(|c| *c == k.client))
+                .take(q.limit)
+                .collect();
+            return Ok(KeyPage { keys, next: None });
+        }
+        if q.limit == 0 {
+            return Ok(KeyPage {
+                keys: Vec::new(),
+                next: None,
+            });
+        }
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let (after_c, after_k) = match &q.after {
+            Some((c, k)) => (c.as_str().to_owned(), k.as_str().to_owned()),
+            None => (String::new(), String::new()),
+        };
+        let client = q.client.as_ref().map(|c| c.as_str().to_owned());
+        let status = q.status.map(|s| s.as_str().to_owned());
+        let scan = db_limit(KEYS_SCAN_MAX);
+        let limit = q.limit.min(KEYS_SCAN_MAX);
+        // Like sled, one call reads at most KEYS_SCAN_MAX keys, so a filter that matches
+        // little cannot make one request walk a million rows; `next` then says where the
+        // scan stopped.
+        let stmt = conn
+            .prepare_cached(
+                "SELECT k.client, k.key, k.status, f.seq, f.body FROM ( \
+                     SELECT client, key, status, seq FROM idempotency_keys \
+                     WHERE (client, key) > ($1, $2) AND ($3::text IS NULL OR client = $3) \
+                       AND status <> 'pending' \
+                     ORDER BY client, key LIMIT $4) k \
+                 LEFT JOIN facts f ON f.seq = k.seq \
+                 WHERE ($5::text IS NULL OR k.status = $5) \
+                 ORDER BY k.client, k.key LIMIT $6",
+            )
+            .await
+            .map_err(pg)?;
+        let rows = conn
+            .query(
+                &stmt,
+                &[
+                    &after_c,
+                    &after_k,
+                    &client,
+                    &scan,
+                    &status,
+                    &db_limit(limit + 1),
+                ],
+            )
+            .await
+            .map_err(pg)?;
+        let mut page = KeyPage {
+            keys: Vec::with_capacity(rows.len().min(limit)),
+            next: None,
+        };
+        let more = rows.len() > limit;
+        for row in rows.iter().take(limit) {
+            let (c, k) = self.names(get(row, 0)?, get(row, 1)?)?;
+            let st: String = get(row, 2)?;
+            let seq: Option<i64> = get(row, 3)?;
+            let body: Option<&[u8]> = get(row, 4)?;
+            let fact = match (seq, body) {
+                (Some(seq), Some(body)) => Some(self.decode(seq, body)?),
+                _ => None,
+            };
+            page.keys.push(self.key_info(c, k, &st, fact)?);
+        }
+        if more {
+            page.next = page.keys.last().map(|k| (k.client.clone(), k.key.clone()));
+        } else if status.is_some() || rows.len() >= KEYS_SCAN_MAX {
+            // Fewer matches than asked for: either the end, or the scan stopped at its
+            // cap; then go on after the last key it read.
+            let last = conn
+                .query_opt(
+                    "SELECT client, key FROM idempotency_keys \
+                     WHERE (client, key) > ($1, $2) AND ($3::text IS NULL OR client = $3) \
+                       AND status <> 'pending' \
+                     ORDER BY client, key OFFSET $4 LIMIT 1",
+                    &[&after_c, &after_k, &client, &(scan - 1)],
+                )
+                .await
+                .map_err(pg)?;
+            if let Some(row) = last {
+                page.next = Some(self.names(get(&row, 0)?, get(&row, 1)?)?);
+            }
+        }
+        Ok(page)
+    }
+
+    async fn all_balances(&self) -> Result<Balances> {
+        let conn = self.conn().await?;
+        let rows = conn
+            .query(
+                "SELECT account, currency, balance::text FROM accounts \
+                 UNION ALL \
+                 SELECT account, currency, sum(balance)::text FROM system_balances \
+                 GROUP BY account, currency",
+                &[],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
+        let mut balances = Balances::default();
+        for row in rows {
+            let name: String = get(&row, 0)?;
+            let account = Account::parse_any(&name)
+                .map_err(|_| self.corrupt(format!("a stored account name {name:?}")))?;
+            let currency = self.currency(get(&row, 1)?)?;
+            let balance = self.signed(get(&row, 2)?)?;
+            balances
+                .accounts
+                .entry(account)
+                .or_default()
+                .insert(currency, balance);
+        }
+        Ok(balances)
+    }
+
+    // ---- sweep and verify ------------------------------------------------------------
+
+    async fn sweep_now(&self) -> Result<usize> {
+        let horizon = self
+            .inner
+            .rules
+            .clock
+            .now()
+            .saturating_sub_ms(ms_i64(self.inner.rules.retention));
+        let horizon = db_time(horizon)?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let mut total = 0usize;
+        loop {
+            let mut conn = self.conn().await?;
+            let tx = conn.transaction().await.map_err(pg)?;
+            // SKIP LOCKED: two workers sweeping at once take different keys.
+            let row = tx
+                .query_one(
+                    "WITH old AS ( \
+                         SELECT client, key FROM idempotency_keys \
+                         WHERE status = 'done' AND created_at <= $1 \
+                         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                     gone AS ( \
+                         UPDATE idempotency_keys k SET status = 'expired', response = NULL \
+                         FROM old WHERE k.client = old.client AND k.key = old.key \
+                         RETURNING 1) \
+                     SELECT count(*) FROM gone",
+                    &[&horizon, &SWEEP_BATCH],
+                )
+                .await
+                .map_err(pg)?;
+            let n: i64 = get(&row, 0)?;
+            if n > 0 {
+                tx.execute(SQL_COUNT, &[&COUNTER_EXPIRED, &self.next_shard(), &n])
+                    .await
+                    .map_err(pg)?;
+            }
+            tx.commit().await.map_err(pg)?;
+            total += usize::try_from(n).unwrap_or(0);
+            if n < SWEEP_BATCH {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Rebuilds every projection from the log, in one snapshot, and checks each guarantee
+    /// with the same checks and words as the sled store's `verify`.
+    async fn verify_now(&self) -> Result<VerifyReport> {
+        let mut conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let tx = conn
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg)?;
+        tx.batch_execute("SET LOCAL statement_timeout = 0")
+            .await
+            .map_err(pg)?;
+        let mut r = Report::default();
+        let mut balances = Balances::default();
+        let mut stats = Stats::default();
+        let mut seen: HashMap<(ClientId, Key), u64> = HashMap::new();
+        let mut withdrawals: HashMap<(ClientId, Key), (u64, u64)> = HashMap::new();
+        let mut facts = 0u64;
+
+        // The log, in seq order, a chunk per round trip.
+        let portal = tx
+            .bind("SELECT seq, client, key, body FROM facts ORDER BY seq", &[])
+            .await
+            .map_err(pg)?;
+        let mut prev: Option<i64> = None;
+        loop {
+            let rows = tx.query_portal(&portal, VERIFY_CHUNK).await.map_err(pg)?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                let seq: i64 = get(row, 0)?;
+                if prev.is_some_and(|p| seq <= p) || seq < 1 {
+                    r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
+                }
+                prev = Some(seq);
+                facts += 1;
+                let fact = match self.decode(seq, get(row, 3)?) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        r.add(verify::KEY_FACT, e.to_string());
+                        continue;
+                    }
+                };
+                let (c, k): (&str, &str) = (get(row, 1)?, get(row, 2)?);
+                if fact.client.as_str() != c || fact.key.as_str() != k {
+                    r.add(
+                        verify::KEY_FACT,
+                        format!("seq {seq} is filed under ({c:?}, {k:?}) but is the fact of ({:?}, {:?})", fact.client, fact.key),
+                    );
+                }
+                let ck = (fact.client.clone(), fact.key.clone());
+                if let Some(first) = seen.insert(ck, fact.seq) {
+                    r.add(
+                        verify::ONE_EFFECT,
+                        format!(
+                            "key {:?} of client {:?} has facts {first} and {seq}",
+                            fact.key, fact.client
+                        ),
+                    );
+                }
+                verify::check_fold(&mut r, &fact, &balances, &mut withdrawals);
+                balances.apply(&fact);
+                stats.apply(&fact);
+            }
+        }
+
+        // Keys: each points at its own fact, remembers its command, and holds the answer
+        // its fact gives (or none, once expired).
+        let portal = tx
+            .bind(
+                "SELECT k.client, k.key, k.request_hash, k.status, k.seq, k.response, f.body \
+                 FROM idempotency_keys k LEFT JOIN facts f ON f.seq = k.seq",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        let mut keys = 0u64;
+        loop {
+            let rows = tx.query_portal(&portal, VERIFY_CHUNK).await.map_err(pg)?;
+            if rows.is_empty() {
+                break;
+            }
+            for row in &rows {
+                keys += 1;
+                let (client, key): (String, String) = (get(row, 0)?, get(row, 1)?);
+                let status: String = get(row, 3)?;
+                let seq: Option<i64> = get(row, 4)?;
+                let response: Option<serde_json::Value> = get(row, 5)?;
+                let body: Option<&[u8]> = get(row, 6)?;
+                if status == "expired" {
+                    stats.expire_one();
+                }
+                let Ok((c, k)) = self.names(client.clone(), key.clone()) else {
+                    r.add(
+                        verify::KEY_FACT,
+                        format!("a key row with an unreadable name {client:?} {key:?}"),
+                    );
+                    continue;
+                };
+                let (Some(seq), Some(body)) = (seq, body) else {
+                    r.add(
+                        verify::KEY_FACT,
+                        format!("key {k:?} of {c:?} is {status} but has no fact"),
+                    );
+                    continue;
+                };
+                match seen.get(&(c.clone(), k.clone())) {
+                    Some(s) if i64::try_from(*s).ok() == Some(seq) => {}
+                    Some(s) => r.add(
+                        verify::KEY_FACT,
+                        format!("key {k:?} of {c:?} points at seq {seq} but its fact is {s}"),
+                    ),
+                    None => r.add(
+                        verify::KEY_FACT,
+                        format!("key {k:?} of {c:?} points at seq {seq}, a fact of another key"),
+                    ),
+                }
+                let Ok(fact) = self.decode(seq, body) else {
+                    continue;
+                };
+                let hash: &[u8] = get(row, 2)?;
+                if hash != fact.body.command().fingerprint().0 {
+                    r.add(
+                        verify::SAME_ANSWER,
+                        format!("seq {seq}: the key's fingerprint is not its fact's command"),
+                    );
+                }
+                let answer = fact::json::outcome(&Outcome::from_fact(&fact));
+                match (status.as_str(), response) {
+                    ("done", Some(stored)) if stored == answer => {}
+                    ("expired", None) => {}
+                    ("done", _) => r.add(
+                        verify::SAME_ANSWER,
+                        format!("key {k:?} of {c:?}: the stored response is not its fact's"),
+                    ),
+                    ("expired", Some(_)) => r.add(
+                        verify::SAME_ANSWER,
+                        format!("key {k:?} of {c:?} is expired but keeps its response"),
+                    ),
+                    (other, _) => r.add(
+                        verify::KEY_FACT,
+                        format!("key {k:?} of {c:?} is committed as {other}"),
+                    ),
+                }
+            }
+        }
+        if keys != u64::try_from(seen.len()).unwrap_or(u64::MAX) {
+            r.add(
+                verify::KEY_FACT,
+                format!("{} facts but {keys} key rows", seen.len()),
+            );
+        }
+
+        // Stored balances (user rows, system shards summed) against the fold.
+        let rows = tx
+            .query(
+                "SELECT account, currency, balance::text FROM accounts \
+                 UNION ALL \
+                 SELECT account, currency, sum(balance)::text FROM system_balances \
+                 GROUP BY account, currency",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        let mut stored = Balances::default();
+        for row in &rows {
+            let name: String = get(row, 0)?;
+            let parsed = Account::parse_any(&name)
+                .ok()
+                .zip(Currency::parse(&get::<String>(row, 1)?).ok());
+            let balance: Option<i128> = get::<String>(row, 2)?.parse().ok();
+            match (parsed, balance) {
+                (Some((a, cur)), Some(b)) => {
+                    stored.accounts.entry(a).or_default().insert(cur, b);
+                }
+                _ => r.add(
+                    verify::DERIVED,
+                    format!("an unreadable balance row of {name:?}"),
+                ),
+            }
+        }
+        verify::check_balances(&mut r, &balances, &stored);
+
+        // Refunded totals against the fold, both ways.
+        let rows = tx
+            .query(
+                "SELECT client, withdrawal, withdrawn, total FROM refunded",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        let mut refunded_rows = 0usize;
+        for row in &rows {
+            refunded_rows += 1;
+            let stored = (get::<i64>(row, 2)?, get::<i64>(row, 3)?);
+            let names = self.names(get(row, 0)?, get(row, 1)?).ok();
+            let folded = names.as_ref().and_then(|ck| withdrawals.get(ck)).copied();
+            let folded_i =
+                folded.and_then(|(w, t)| Some((i64::try_from(w).ok()?, i64::try_from(t).ok()?)));
+            if folded_i != Some(stored) {
+                r.add(
+                    verify::REFUNDS,
+                    format!(
+                        "a stored refunded total {stored:?} of {names:?} disagrees with the log's {folded:?}"
+                    ),
+                );
+            }
+        }
+        let refunded_folded = withdrawals.values().filter(|(_, t)| *t > 0).count();
+        if refunded_rows != refunded_folded {
+            r.add(
+                verify::REFUNDS,
+                format!(
+                    "{refunded_folded} withdrawals were refunded, {refunded_rows} refunded rows"
+                ),
+            );
+        }
+
+        // Every inbox record was written with the fact that answered its message.
+        let unanswered: i64 = tx
+            .query_one("SELECT count(*) FROM inbox WHERE seq IS NULL", &[])
+            .await
+            .map_err(pg)
+            .and_then(|row| get(&row, 0))?;
+        if unanswered > 0 {
+            r.add(
+                verify::KEY_FACT,
+                format!("{unanswered} inbox records have no fact"),
+            );
+        }
+
+        // Counters against the fold.
+        let rows = tx
+            .query(
+                "SELECT name, sum(n)::bigint FROM counters GROUP BY name",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        let mut by_name = HashMap::new();
+        for row in &rows {
+            by_name.insert(get::<String>(row, 0)?, get::<i64>(row, 1)?);
+        }
+        let counted = stats_from_counters(&by_name);
+        let pairs = [
+            ("keys done", counted.keys_done, stats.keys_done),
+            ("keys expired", counted.keys_expired, stats.keys_expired),
+            ("applied", counted.applied_total(), stats.applied_total()),
+            ("rejected", counted.rejected_total(), stats.rejected_total()),
+        ];
+        for (name, stored, folded) in pairs {
+            if stored != folded {
+                r.add(
+                    verify::COUNTERS,
+                    format!("{name}: stored {stored}, the log gives {folded}"),
+                );
+            }
+        }
+        if counted.applied != stats.applied || counted.rejected != stats.rejected {
+            r.add(
+                verify::COUNTERS,
+                "per-kind counts differ from the log".into(),
+            );
+        }
+        let _ = tx.rollback().await;
+        if let Some(last) = prev {
+            self.observe_seq(last);
+        }
+        Ok(VerifyReport {
+            facts,
+            keys_done: stats.keys_done,
+            keys_expired: stats.keys_expired,
+            accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
+            currencies: balances.sums().len(),
+            violations: r.finish(),
+        })
+    }
+}
+
+/// The user balance a fact records after it, if it moved money.
+fn balance_after(body: &FactBody) -> Option<u128> {
+    match body {
+        FactBody::DepositRecorded { balance_after, .. }
+        | FactBody::WithdrawalRecorded { balance_after, .. }
+        | FactBody::RefundRecorded { balance_after, .. } => Some(*balance_after),
+        FactBody::CommandRejected { .. } => None,
+    }
+}
+
+/// The amount of the withdrawal a refund decision read.
+fn withdrawal_amount(inputs: &Inputs) -> Result<i64> {
+    let amount = inputs.withdrawal.as_ref().map_or(0, |w| w.amount.units());
+    db_int(amount)
+}
+
+fn one_row(n: u64, what: &str) -> Result<(), Abort> {
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(Abort::Fail(LedgerError::Unavailable(format!(
+            "writing {what} changed {n} rows, not 1; nothing was recorded"
+        ))))
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+    fn location(&self) -> String {
+        self.inner.location.clone()
+    }
+    fn rules(&self) -> &Rules {
+        &self.inner.rules
+    }
+
+    async fn submit(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        self.submit_command(client, key, command, message).await
+    }
+
+    async fn quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: Vec<u8>,
+    ) -> Result<u64> {
+        self.insert_quarantine(message_id, reason, payload).await
+    }
+
+    async fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        let conn = self.conn().await?;
+        let rows = conn
+            .query(
+                "SELECT id, at, message_id, reason, payload FROM quarantine ORDER BY id LIMIT $1",
+                &[&db_limit(limit)],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
+        rows.iter()
+            .map(|row| {
+                Ok(Quarantined {
+                    id: u64::try_from(get::<i64>(row, 0)?).unwrap_or(0),
+                    at: from_db_time(get(row, 1)?),
+                    message_id: get(row, 2)?,
+                    reason: get(row, 3)?,
+                    payload: get(row, 4)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn sweep(&self) -> Result<usize> {
+        self.sweep_now().await
+    }
+
+    async fn verify(&self) -> Result<VerifyReport> {
+        self.verify_now().await
+    }
+
+    async fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>> {
+        let ck = (client.clone(), key.clone());
+        if let Some(claim) = self.inner.claims.lock().get(&ck).cloned() {
+            return Ok(Some(self.pending_info(&ck, &claim)));
+        }
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let stmt = conn
+            .prepare_cached(
+                "SELECT k.status, f.seq, f.body FROM idempotency_keys k \
+                 LEFT JOIN facts f ON f.seq = k.seq WHERE k.client = $1 AND k.key = $2",
+            )
+            .await
+            .map_err(pg)?;
+        let Some(row) = conn
+            .query_opt(&stmt, &[&client.as_str(), &key.as_str()])
+            .await
+            .map_err(pg)?
+        else {
+            return Ok(None);
+        };
+        let status: String = get(&row, 0)?;
+        let seq: Option<i64> = get(&row, 1)?;
+        let body: Option<&[u8]> = get(&row, 2)?;
+        let fact = match (seq, body) {
+            (Some(seq), Some(body)) => Some(self.decode(seq, body)?),
+            _ => None,
+        };
+        self.key_info(ck.0, ck.1, &status, fact).map(Some)
+    }
+
+    async fn keys(&self, query: KeyQuery) -> Result<KeyPage> {
+        self.keys_page(query).await
+    }
+
+    async fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let stmt = conn
+            .prepare_cached("SELECT seq, body FROM facts WHERE seq > $1 ORDER BY seq LIMIT $2")
+            .await
+            .map_err(pg)?;
+        let rows = conn
+            .query(&stmt, &[&after, &db_limit(limit)])
+            .await
+            .map_err(pg)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            out.push(self.decode(get(row, 0)?, get(row, 1)?)?);
+        }
+        if let Some(last) = out.last() {
+            self.inner.durable_seq.fetch_max(last.seq, Ordering::SeqCst);
+        }
+        Ok(out)
+    }
+
+    async fn fact(&self, seq: u64) -> Result<Option<Fact>> {
+        let Ok(seq) = i64::try_from(seq) else {
+            return Ok(None);
+        };
+        let conn = self.conn().await?;
+        let row = conn
+            .query_opt("SELECT body FROM facts WHERE seq = $1", &[&seq])
+            .await
+            .map_err(|e| pg_err(&e))?;
+        match row {
+            None => Ok(None),
+            Some(row) => Ok(Some(self.decode(seq, get(&row, 0)?)?)),
+        }
+    }
+
+    async fn balances(&self) -> Result<Balances> {
+        self.all_balances().await
+    }
+
+    async fn account(&self, account: &Account) -> Result<Option<BTreeMap<Currency, i128>>> {
+        let conn = self.conn().await?;
+        let sql = if account.is_system() {
+            "SELECT currency, sum(balance)::text FROM system_balances WHERE account = $1 \
+             GROUP BY currency"
+        } else {
+            "SELECT currency, balance::text FROM accounts WHERE account = $1"
+        };
+        let rows = conn
+            .query(sql, &[&account.as_str()])
+            .await
+            .map_err(|e| pg_err(&e))?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut out = BTreeMap::new();
+        for row in &rows {
+            out.insert(self.currency(get(row, 0)?)?, self.signed(get(row, 1)?)?);
+        }
+        Ok(Some(out))
+    }
+
+    async fn stats(&self) -> Result<Stats> {
+        let conn = self.conn().await?;
+        self.stats_now(&conn).await
+    }
+
+    fn pending(&self) -> Vec<KeyInfo> {
+        let claims: Vec<_> = self
+            .inner
+            .claims
+            .lock()
+            .iter()
+            .map(|(ck, c)| (ck.clone(), c.clone()))
+            .collect();
+        let mut out: Vec<KeyInfo> = claims
+            .iter()
+            .map(|(ck, claim)| self.pending_info(ck, claim))
+            .collect();
+        out.sort_by(|a, b| (a.since, &a.client, &a.key).cmp(&(b.since, &b.client, &b.key)));
+        out
+    }
+
+    fn durable_seq(&self) -> u64 {
+        self.inner.durable_seq.load(Ordering::SeqCst)
+    }
+
+    fn commit_metrics(&self) -> CommitMetrics {
+        self.inner.metrics.lock().clone()
+    }
+
+    async fn size_on_disk(&self) -> Result<u64> {
+        let conn = self.conn().await?;
+        let row = conn
+            .query_one(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relkind IN ('r', 'S')",
+                &[&self.inner.options.schema],
+            )
+            .await
+            .map_err(|e| pg_err(&e))?;
+        Ok(u64::try_from(get::<i64>(&row, 0)?).unwrap_or(0))
+    }
+
+    fn failure(&self) -> Option<String> {
+        // Every command is its own transaction: a failed one leaves nothing behind that
+        // would stop the next, so the store never stops writing as sled's does.
+        None
+    }
+
+    async fn shutdown(&self) {
+        let inner = &self.inner;
+        inner.closed.store(true, Ordering::SeqCst);
+        loop {
+            let idle = inner.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if inner.in_flight.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            idle.await;
+        }
+        inner.pool.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        assert!(valid_schema("idem"));
+        assert!(valid_schema("idem_2"));
+        assert!(!valid_schema("2idem"));
+        assert!(!valid_schema("Idem"));
+        assert!(!valid_schema("idem; drop table x"));
+        assert!(!valid_schema(""));
+    }
+
+    #[test]
+    fn the_location_never_shows_a_password() {
+        let cfg: tokio_postgres::Config = "postgres://u:secret@db.example:6543/ledger"
+            .parse()
+            .unwrap_or_else(|_| tokio_postgres::Config::new());
+        let shown = target(&cfg);
+        assert_eq!(shown, "postgres://u@db.example:6543/ledger");
+    }
+}

@@ -1,0 +1,965 @@
+//! The conformance suite: one set of scenarios, each written once against `dyn Store`, run
+//! on both stores (`sled_store::*` on a temporary folder, `postgres::*` on a fresh
+//! database per test). A store that passes keeps CONTRACT §2 the way the other does.
+//!
+//! PostgreSQL is found at `IDEM_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/
+//! postgres`). When it is not reachable the PostgreSQL tests say SKIPPED on stderr, or fail
+//! when `IDEM_REQUIRE_SERVICES=1` (see `ledger::testing`).
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledger::testing::PgTestDb;
+use ledger::*;
+
+const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+const HOUR_MS: i64 = 3_600_000;
+const RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+// ---- the two stores --------------------------------------------------------------------
+
+enum Backing {
+    Sled(tempfile::TempDir),
+    Pg(PgTestDb),
+}
+
+/// One test's store: where it lives and the hand-moved clock it reads. `open` opens it
+/// (again, after a shutdown: the same folder or database).
+struct Env {
+    backing: Backing,
+    clock: ManualClock,
+}
+
+impl Env {
+    fn sled() -> Env {
+        Env {
+            backing: Backing::Sled(tempfile::tempdir().unwrap()),
+            clock: ManualClock::new(Timestamp(START_MS)),
+        }
+    }
+
+    async fn pg(test: &str) -> Option<Env> {
+        let db = PgTestDb::create(test, "idem_conf").await?;
+        Some(Env {
+            backing: Backing::Pg(db),
+            clock: ManualClock::new(Timestamp(START_MS)),
+        })
+    }
+
+    fn rules(&self) -> Rules {
+        Rules {
+            retention: RETENTION,
+            lease: Duration::from_secs(10),
+            clock: Arc::new(self.clock.clone()),
+        }
+    }
+
+    async fn open(&self) -> Arc<dyn Store> {
+        let rules = self.rules();
+        match &self.backing {
+            Backing::Sled(dir) => {
+                let config = Config::new(dir.path().join("ledger"))
+                    .clock(rules.clock)
+                    .retention(rules.retention)
+                    .lease(rules.lease);
+                let (ledger, _) = tokio::task::spawn_blocking(move || Ledger::open(config))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                Arc::new(ledger)
+            }
+            Backing::Pg(db) => {
+                let (store, _) = PgStore::open(&db.url, rules, PgOptions::default())
+                    .await
+                    .unwrap();
+                Arc::new(store)
+            }
+        }
+    }
+
+    /// A second handle on the same data, as a second worker would have: only PostgreSQL
+    /// can be shared by two processes.
+    async fn open_another(&self) -> Option<Arc<dyn Store>> {
+        match &self.backing {
+            Backing::Sled(_) => None,
+            Backing::Pg(_) => Some(self.open().await),
+        }
+    }
+
+    async fn finish(self) {
+        if let Backing::Pg(db) = self.backing {
+            db.drop_now().await;
+        }
+    }
+}
+
+/// Closes a store and waits until its files or connections are released.
+async fn close(store: Arc<dyn Store>) {
+    store.shutdown().await;
+    drop(store);
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod sled_store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let env = super::Env::sled();
+                    super::$name(&env).await;
+                    env.finish().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    let test = concat!("postgres::", stringify!($name));
+                    let Some(env) = super::Env::pg(test).await else { return };
+                    super::$name(&env).await;
+                    env.finish().await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    a_new_key_is_applied_and_its_replay_is_byte_identical,
+    the_same_key_with_another_command_is_refused_and_changes_nothing,
+    insufficient_funds_is_recorded_and_replayed_even_after_a_deposit,
+    currency_mismatch_is_rejected_both_ways,
+    an_unknown_account_cannot_be_withdrawn_from,
+    refunds_add_up_to_at_most_the_withdrawal_and_are_idempotent,
+    concurrent_identical_submits_make_one_fact,
+    concurrent_withdrawals_never_overdraw,
+    the_inbox_replays_a_redelivery_and_quarantines_a_reused_message_id,
+    a_message_and_a_direct_submit_with_one_key_make_one_effect,
+    expired_keys_still_answer_and_move_nothing,
+    a_clock_that_steps_back_never_makes_a_fact_earlier,
+    verify_holds_and_counts,
+    keys_are_paged_and_filtered,
+    facts_are_paged_in_order,
+    balances_sum_to_zero_per_currency,
+    reopening_keeps_everything,
+    after_shutdown_submissions_are_refused,
+    two_workers_on_one_store_make_one_effect_per_key,
+);
+
+// ---- helpers --------------------------------------------------------------------------
+
+fn client() -> ClientId {
+    ClientId::default_client()
+}
+fn key(s: &str) -> Key {
+    Key::parse(s).unwrap()
+}
+fn acct(s: &str) -> Account {
+    Account::parse(s).unwrap()
+}
+fn rub() -> Currency {
+    Currency::parse("RUB").unwrap()
+}
+fn usd() -> Currency {
+    Currency::parse("USD").unwrap()
+}
+fn deposit(a: &str, n: u64, c: Currency) -> Command {
+    Command::Deposit {
+        account: acct(a),
+        amount: Amount::new(n).unwrap(),
+        currency: c,
+    }
+}
+fn withdraw(a: &str, n: u64, c: Currency) -> Command {
+    Command::Withdraw {
+        account: acct(a),
+        amount: Amount::new(n).unwrap(),
+        currency: c,
+    }
+}
+fn refund(w: &str, n: u64) -> Command {
+    Command::Refund {
+        withdrawal: key(w),
+        amount: Amount::new(n).unwrap(),
+    }
+}
+
+async fn submit(store: &Arc<dyn Store>, k: &str, command: Command) -> Submission {
+    store
+        .submit(&client(), &key(k), command, None)
+        .await
+        .unwrap()
+}
+
+async fn deliver(store: &Arc<dyn Store>, m: &str, k: &str, command: Command) -> Submission {
+    let id = MessageId::parse(m).unwrap();
+    store
+        .submit(&client(), &key(k), command, Some(id))
+        .await
+        .unwrap()
+}
+
+/// The bytes a client gets for an outcome.
+fn body(o: &Outcome) -> String {
+    serde_json::to_string(&fact::json::outcome(o)).unwrap()
+}
+
+fn executed(s: Submission) -> Outcome {
+    match s {
+        Submission::Executed(o) => o,
+        other => panic!("expected Executed, got {other:?}"),
+    }
+}
+
+fn replayed(s: Submission) -> Outcome {
+    match s {
+        Submission::Replayed(o) => o,
+        other => panic!("expected Replayed, got {other:?}"),
+    }
+}
+
+fn applied(o: &Outcome) -> &Receipt {
+    match o {
+        Outcome::Applied(r) => r,
+        Outcome::Rejected(r) => panic!("expected applied, got {:?}", r.rejection),
+    }
+}
+
+async fn balance(store: &Arc<dyn Store>, a: &str, c: Currency) -> Option<i128> {
+    store
+        .account(&Account::parse_any(a).unwrap())
+        .await
+        .unwrap()
+        .and_then(|per| per.get(&c).copied())
+}
+
+async fn fact_count(store: &Arc<dyn Store>) -> usize {
+    store.facts(0, 1_000_000).await.unwrap().len()
+}
+
+async fn assert_verified(store: &Arc<dyn Store>) -> VerifyReport {
+    let report = store.verify().await.unwrap();
+    assert!(report.ok(), "{report}");
+    report
+}
+
+/// Submits until the answer is not "in progress" (a twin of it is still committing).
+async fn settle(store: &Arc<dyn Store>, k: &str, command: Command) -> Submission {
+    for _ in 0..500 {
+        match submit(store, k, command.clone()).await {
+            Submission::InProgress { .. } => tokio::time::sleep(Duration::from_millis(5)).await,
+            other => return other,
+        }
+    }
+    panic!("{k} stayed in progress");
+}
+
+// ---- the scenarios --------------------------------------------------------------------
+
+async fn a_new_key_is_applied_and_its_replay_is_byte_identical(env: &Env) {
+    let store = env.open().await;
+    let first = executed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+    let receipt = applied(&first);
+    assert_eq!(receipt.balance, 1_000);
+    assert_eq!(receipt.created_at, Timestamp(START_MS));
+    assert_eq!(balance(&store, "alice", rub()).await, Some(1_000));
+    assert_eq!(balance(&store, "@world", rub()).await, Some(-1_000));
+
+    env.clock.advance_ms(5_000);
+    for _ in 0..3 {
+        let again = replayed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+        assert_eq!(again, first);
+        assert_eq!(body(&again), body(&first));
+    }
+    assert_eq!(balance(&store, "alice", rub()).await, Some(1_000));
+    assert_eq!(fact_count(&store).await, 1);
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.applied, [1, 0, 0]);
+    assert_eq!(stats.keys_done, 1);
+    assert_eq!(stats.observed.replayed, 3);
+    let info = store.key(&client(), &key("d-1")).await.unwrap().unwrap();
+    assert_eq!(info.status, KeyStatus::Done);
+    assert_eq!(info.outcome.as_ref(), Some(&first));
+    assert!(store.key(&client(), &key("nope")).await.unwrap().is_none());
+    // Another client's key of the same name is its own.
+    let other = ClientId::parse("bob-shop").unwrap();
+    let theirs = store
+        .submit(&other, &key("d-1"), deposit("bob", 5, rub()), None)
+        .await
+        .unwrap();
+    assert!(matches!(theirs, Submission::Executed(_)), "{theirs:?}");
+    close(store).await;
+}
+
+async fn the_same_key_with_another_command_is_refused_and_changes_nothing(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+    let before = store.balances().await.unwrap();
+    for other in [
+        deposit("alice", 999, rub()),
+        deposit("bob", 1_000, rub()),
+        deposit("alice", 1_000, usd()),
+        withdraw("alice", 1_000, rub()),
+        refund("d-1", 1_000),
+    ] {
+        assert_eq!(submit(&store, "d-1", other).await, Submission::Reused);
+    }
+    assert_eq!(store.balances().await.unwrap(), before);
+    assert_eq!(fact_count(&store).await, 1);
+    assert_eq!(store.stats().await.unwrap().observed.conflicts_reused, 5);
+    // The original command still replays.
+    replayed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+    close(store).await;
+}
+
+async fn insufficient_funds_is_recorded_and_replayed_even_after_a_deposit(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 100, rub())).await);
+    let rejected = executed(submit(&store, "w-1", withdraw("alice", 300, rub())).await);
+    assert_eq!(rejected.rejection(), Some(Rejection::InsufficientFunds));
+    executed(submit(&store, "d-2", deposit("alice", 1_000, rub())).await);
+    // Now the money is there, but the key's outcome is final.
+    let again = replayed(submit(&store, "w-1", withdraw("alice", 300, rub())).await);
+    assert_eq!(body(&again), body(&rejected));
+    assert_eq!(balance(&store, "alice", rub()).await, Some(1_100));
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.applied, [2, 0, 0]);
+    assert_eq!(stats.rejected[Rejection::InsufficientFunds as usize], 1);
+    assert_eq!(stats.keys_done, 3);
+    close(store).await;
+}
+
+async fn currency_mismatch_is_rejected_both_ways(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 100, rub())).await);
+    let o = executed(submit(&store, "d-2", deposit("alice", 100, usd())).await);
+    assert_eq!(o.rejection(), Some(Rejection::CurrencyMismatch));
+    let o = executed(submit(&store, "w-1", withdraw("alice", 10, usd())).await);
+    assert_eq!(o.rejection(), Some(Rejection::CurrencyMismatch));
+    let per = store.account(&acct("alice")).await.unwrap().unwrap();
+    assert_eq!(per.len(), 1);
+    assert_eq!(per[&rub()], 100);
+    assert!(balance(&store, "@world", usd()).await.is_none());
+    close(store).await;
+}
+
+async fn an_unknown_account_cannot_be_withdrawn_from(env: &Env) {
+    let store = env.open().await;
+    let o = executed(submit(&store, "w-1", withdraw("ghost", 10, rub())).await);
+    assert_eq!(o.rejection(), Some(Rejection::AccountNotFound));
+    assert!(store.account(&acct("ghost")).await.unwrap().is_none());
+    assert_eq!(
+        replayed(submit(&store, "w-1", withdraw("ghost", 10, rub())).await),
+        o
+    );
+    close(store).await;
+}
+
+async fn refunds_add_up_to_at_most_the_withdrawal_and_are_idempotent(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+    executed(submit(&store, "w-1", withdraw("alice", 300, rub())).await);
+    let r1 = executed(submit(&store, "r-1", refund("w-1", 100)).await);
+    let receipt = applied(&r1);
+    assert_eq!((receipt.balance, receipt.refunded_total), (800, Some(100)));
+    assert_eq!(receipt.account, acct("alice"));
+    let over = executed(submit(&store, "r-2", refund("w-1", 250)).await);
+    assert_eq!(over.rejection(), Some(Rejection::RefundExceedsWithdrawal));
+    let r3 = executed(submit(&store, "r-3", refund("w-1", 200)).await);
+    assert_eq!(applied(&r3).refunded_total, Some(300));
+    let over = executed(submit(&store, "r-4", refund("w-1", 1)).await);
+    assert_eq!(over.rejection(), Some(Rejection::RefundExceedsWithdrawal));
+
+    // Unknown, rejected and non-withdrawal keys are no withdrawal.
+    let o = executed(submit(&store, "r-5", refund("w-nope", 1)).await);
+    assert_eq!(o.rejection(), Some(Rejection::WithdrawalNotFound));
+    let w2 = executed(submit(&store, "w-2", withdraw("alice", 5_000, rub())).await);
+    assert_eq!(w2.rejection(), Some(Rejection::InsufficientFunds));
+    let o = executed(submit(&store, "r-6", refund("w-2", 1)).await);
+    assert_eq!(o.rejection(), Some(Rejection::WithdrawalNotFound));
+    let o = executed(submit(&store, "r-7", refund("d-1", 1)).await);
+    assert_eq!(o.rejection(), Some(Rejection::WithdrawalNotFound));
+    // Another client cannot refund this client's withdrawal.
+    let other = ClientId::parse("mallory").unwrap();
+    let theirs = store
+        .submit(&other, &key("r-1"), refund("w-1", 1), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        theirs.outcome().and_then(Outcome::rejection),
+        Some(Rejection::WithdrawalNotFound)
+    );
+
+    // A refund is idempotent like any command.
+    let again = replayed(submit(&store, "r-1", refund("w-1", 100)).await);
+    assert_eq!(body(&again), body(&r1));
+    assert_eq!(balance(&store, "alice", rub()).await, Some(1_000));
+    assert_eq!(balance(&store, "@payouts", rub()).await, Some(0));
+    assert_eq!(store.stats().await.unwrap().applied, [1, 1, 2]);
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+async fn concurrent_identical_submits_make_one_fact(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+    let barrier = Arc::new(tokio::sync::Barrier::new(48));
+    let tasks: Vec<_> = (0..48)
+        .map(|_| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                submit(&store, "pay-1", withdraw("alice", 300, rub())).await
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for t in tasks {
+        answers.push(t.await.unwrap());
+    }
+    let firsts: Vec<_> = answers
+        .iter()
+        .filter_map(|a| match a {
+            Submission::Executed(o) => Some(o.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(firsts.len(), 1, "{answers:?}");
+    for a in &answers {
+        match a {
+            Submission::Executed(_) | Submission::InProgress { .. } => {}
+            Submission::Replayed(o) => assert_eq!(o, &firsts[0]),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let settled = replayed(settle(&store, "pay-1", withdraw("alice", 300, rub())).await);
+    assert_eq!(body(&settled), body(&firsts[0]));
+    assert_eq!(balance(&store, "alice", rub()).await, Some(700));
+    assert_eq!(fact_count(&store).await, 2);
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+async fn concurrent_withdrawals_never_overdraw(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 100, rub())).await);
+    let barrier = Arc::new(tokio::sync::Barrier::new(40));
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                submit(&store, &format!("w-{i}"), withdraw("alice", 10, rub())).await
+            })
+        })
+        .collect();
+    let mut applied_n = 0;
+    for t in tasks {
+        let o = executed(t.await.unwrap());
+        if o.is_applied() {
+            applied_n += 1;
+        } else {
+            assert_eq!(o.rejection(), Some(Rejection::InsufficientFunds));
+        }
+    }
+    assert_eq!(applied_n, 10);
+    assert_eq!(balance(&store, "alice", rub()).await, Some(0));
+    assert_eq!(balance(&store, "@payouts", rub()).await, Some(100));
+    let stats = store.stats().await.unwrap();
+    assert_eq!(stats.applied, [1, 10, 0]);
+    assert_eq!(stats.rejected[Rejection::InsufficientFunds as usize], 30);
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+async fn the_inbox_replays_a_redelivery_and_quarantines_a_reused_message_id(env: &Env) {
+    let store = env.open().await;
+    let first = executed(deliver(&store, "m-1", "k-1", deposit("alice", 100, rub())).await);
+    let again = replayed(deliver(&store, "m-1", "k-1", deposit("alice", 100, rub())).await);
+    assert_eq!(body(&again), body(&first));
+    // The same message id with another key, or another command: refused and kept.
+    let q = deliver(&store, "m-1", "k-2", deposit("alice", 50, rub())).await;
+    assert!(matches!(q, Submission::Quarantined { .. }), "{q:?}");
+    let q = deliver(&store, "m-1", "k-1", deposit("alice", 70, rub())).await;
+    assert!(matches!(q, Submission::Quarantined { .. }), "{q:?}");
+    assert_eq!(balance(&store, "alice", rub()).await, Some(100));
+    assert_eq!(fact_count(&store).await, 1);
+    assert!(store.key(&client(), &key("k-2")).await.unwrap().is_none());
+    let kept = store.quarantined(10).await.unwrap();
+    assert_eq!(kept.len(), 2);
+    assert!(kept.iter().all(|q| q.message_id.as_deref() == Some("m-1")));
+    assert!(kept[0].id < kept[1].id);
+    // The store keeps what the inbox itself could not parse, too.
+    let id = store
+        .quarantine(None, "invalid_json".into(), b"{nope\0".to_vec())
+        .await
+        .unwrap();
+    let kept = store.quarantined(10).await.unwrap();
+    assert_eq!(kept.len(), 3);
+    assert_eq!(kept[2].id, id);
+    assert_eq!(kept[2].reason, "invalid_json");
+    assert!(kept[2].payload.starts_with("{nope"));
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+async fn a_message_and_a_direct_submit_with_one_key_make_one_effect(env: &Env) {
+    let store = env.open().await;
+    let direct = executed(submit(&store, "k-5", deposit("alice", 10, rub())).await);
+    let via_inbox = replayed(deliver(&store, "m-5", "k-5", deposit("alice", 10, rub())).await);
+    assert_eq!(body(&via_inbox), body(&direct));
+    // Its redelivery is known by id now too.
+    replayed(deliver(&store, "m-5", "k-5", deposit("alice", 10, rub())).await);
+
+    let first = executed(deliver(&store, "m-6", "k-6", deposit("alice", 10, rub())).await);
+    let again = replayed(submit(&store, "k-6", deposit("alice", 10, rub())).await);
+    assert_eq!(body(&again), body(&first));
+    // A message under a key that holds another command is a reuse of the key.
+    assert_eq!(
+        deliver(&store, "m-7", "k-6", deposit("alice", 11, rub())).await,
+        Submission::Reused
+    );
+    assert_eq!(balance(&store, "alice", rub()).await, Some(20));
+    assert_eq!(fact_count(&store).await, 2);
+    close(store).await;
+}
+
+async fn expired_keys_still_answer_and_move_nothing(env: &Env) {
+    let store = env.open().await;
+    let old = executed(submit(&store, "d-old", deposit("alice", 100, rub())).await);
+    env.clock.advance_ms(23 * HOUR_MS);
+    executed(submit(&store, "d-new", deposit("alice", 5, rub())).await);
+    env.clock.advance_ms(HOUR_MS + 1);
+    assert_eq!(store.sweep().await.unwrap(), 1);
+    assert_eq!(store.sweep().await.unwrap(), 0);
+
+    let info = store.key(&client(), &key("d-old")).await.unwrap().unwrap();
+    assert_eq!(info.status, KeyStatus::Expired);
+    assert_eq!(info.outcome.as_ref(), Some(&old));
+    let new = store.key(&client(), &key("d-new")).await.unwrap().unwrap();
+    assert_eq!(new.status, KeyStatus::Done);
+
+    let again = replayed(submit(&store, "d-old", deposit("alice", 100, rub())).await);
+    assert_eq!(body(&again), body(&old));
+    assert_eq!(
+        submit(&store, "d-old", deposit("alice", 101, rub())).await,
+        Submission::Reused
+    );
+    assert_eq!(balance(&store, "alice", rub()).await, Some(105));
+    assert_eq!(fact_count(&store).await, 2);
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.keys_done, stats.keys_expired), (1, 1));
+
+    env.clock.advance_ms(24 * HOUR_MS);
+    assert_eq!(store.sweep().await.unwrap(), 1);
+    let report = assert_verified(&store).await;
+    assert_eq!((report.keys_done, report.keys_expired), (0, 2));
+    close(store).await;
+}
+
+async fn a_clock_that_steps_back_never_makes_a_fact_earlier(env: &Env) {
+    let store = env.open().await;
+    env.clock.advance_ms(10_000);
+    let first = executed(submit(&store, "d-1", deposit("alice", 10, rub())).await);
+    env.clock.advance_ms(-HOUR_MS);
+    let second = executed(submit(&store, "d-2", deposit("alice", 10, rub())).await);
+    let (t1, t2) = (applied(&first).created_at, applied(&second).created_at);
+    assert!(t2 >= t1, "{t2:?} < {t1:?}");
+    let facts = store.facts(0, 10).await.unwrap();
+    assert!(facts.windows(2).all(|w| w[1].at >= w[0].at));
+    // The sweep measures age with the clock as it is: neither key is old yet.
+    assert_eq!(store.sweep().await.unwrap(), 0);
+    env.clock.advance_ms(HOUR_MS + 25 * HOUR_MS);
+    assert_eq!(store.sweep().await.unwrap(), 2);
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+async fn verify_holds_and_counts(env: &Env) {
+    let store = env.open().await;
+    let empty = assert_verified(&store).await;
+    assert_eq!((empty.facts, empty.accounts, empty.currencies), (0, 0, 0));
+    executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+    executed(submit(&store, "d-2", deposit("bob", 70, usd())).await);
+    executed(submit(&store, "w-1", withdraw("alice", 200, rub())).await);
+    executed(submit(&store, "w-2", withdraw("bob", 100, usd())).await); // rejected
+    executed(submit(&store, "r-1", refund("w-1", 50)).await);
+    env.clock.advance_ms(25 * HOUR_MS);
+    store.sweep().await.unwrap();
+    executed(submit(&store, "d-3", deposit("carol", 1, rub())).await);
+    let report = assert_verified(&store).await;
+    assert_eq!(report.facts, 6);
+    assert_eq!((report.keys_done, report.keys_expired), (1, 5));
+    assert_eq!((report.accounts, report.currencies), (3, 2));
+    assert!(report.violations.is_empty());
+    close(store).await;
+}
+
+async fn keys_are_paged_and_filtered(env: &Env) {
+    let store = env.open().await;
+    let shop = ClientId::parse("shop").unwrap();
+    for i in 0..12 {
+        let k = key(&format!("old-{i:02}"));
+        store
+            .submit(&client(), &k, deposit("alice", 1, rub()), None)
+            .await
+            .unwrap();
+    }
+    env.clock.advance_ms(25 * HOUR_MS);
+    assert_eq!(store.sweep().await.unwrap(), 12);
+    for i in 0..9 {
+        let k = key(&format!("new-{i:02}"));
+        store
+            .submit(&client(), &k, deposit("alice", 1, rub()), None)
+            .await
+            .unwrap();
+        store
+            .submit(&shop, &k, deposit("shop-acct", 1, rub()), None)
+            .await
+            .unwrap();
+    }
+
+    // Following `next` visits every key once, in (client, key) order.
+    let all = page_through(&store, None, None, 7).await;
+    assert_eq!(all.len(), 30);
+    let names: Vec<_> = all
+        .iter()
+        .map(|k| (k.client.as_str().to_owned(), k.key.as_str().to_owned()))
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted);
+    assert_eq!(names.iter().collect::<HashSet<_>>().len(), 30);
+
+    let expired = page_through(&store, Some(KeyStatus::Expired), None, 5).await;
+    assert_eq!(expired.len(), 12);
+    assert!(expired.iter().all(|k| k.status == KeyStatus::Expired
+        && k.key.as_str().starts_with("old-")
+        && k.outcome.is_some()));
+    let done = page_through(&store, Some(KeyStatus::Done), None, 4).await;
+    assert_eq!(done.len(), 18);
+    let theirs = page_through(&store, None, Some(shop.clone()), 4).await;
+    assert_eq!(theirs.len(), 9);
+    assert!(theirs.iter().all(|k| k.client == shop));
+    let pending = store
+        .keys(KeyQuery {
+            status: Some(KeyStatus::Pending),
+            limit: 10,
+            ..KeyQuery::default()
+        })
+        .await
+        .unwrap();
+    assert!(pending.keys.is_empty() && pending.next.is_none());
+    assert!(store.pending().is_empty());
+    close(store).await;
+}
+
+async fn page_through(
+    store: &Arc<dyn Store>,
+    status: Option<KeyStatus>,
+    client: Option<ClientId>,
+    limit: usize,
+) -> Vec<KeyInfo> {
+    let mut out = Vec::new();
+    let mut after = None;
+    for _ in 0..100 {
+        let page = store
+            .keys(KeyQuery {
+                status,
+                client: client.clone(),
+                after: after.clone(),
+                limit,
+            })
+            .await
+            .unwrap();
+        assert!(page.keys.len() <= limit);
+        out.extend(page.keys);
+        match page.next {
+            Some(next) => after = Some(next),
+            None => return out,
+        }
+    }
+    panic!("paging did not end");
+}
+
+async fn facts_are_paged_in_order(env: &Env) {
+    let store = env.open().await;
+    for i in 0..12 {
+        executed(submit(&store, &format!("d-{i}"), deposit("alice", 1, rub())).await);
+    }
+    let mut seen = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.facts(after, 5).await.unwrap();
+        assert!(page.len() <= 5);
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        seen.extend(page);
+    }
+    assert_eq!(seen.len(), 12);
+    assert!(seen.windows(2).all(|w| w[0].seq < w[1].seq));
+    let keys: Vec<_> = seen.iter().map(|f| f.key.as_str().to_owned()).collect();
+    let expected: Vec<_> = (0..12).map(|i| format!("d-{i}")).collect();
+    assert_eq!(keys, expected);
+    for f in &seen {
+        assert_eq!(store.fact(f.seq).await.unwrap().as_ref(), Some(f));
+    }
+    assert!(store.fact(seen[11].seq + 1000).await.unwrap().is_none());
+    assert!(store.durable_seq() >= seen[11].seq);
+    assert_eq!(store.stats().await.unwrap().last_seq, seen[11].seq);
+    close(store).await;
+}
+
+async fn balances_sum_to_zero_per_currency(env: &Env) {
+    let store = env.open().await;
+    let mut n = 0;
+    for (a, c) in [("alice", rub()), ("bob", usd()), ("carol", rub())] {
+        for amount in [100, 250, 7] {
+            n += 1;
+            executed(submit(&store, &format!("d-{n}"), deposit(a, amount, c)).await);
+        }
+        n += 1;
+        executed(submit(&store, &format!("w-{n}"), withdraw(a, 57, c)).await);
+    }
+    let balances = store.balances().await.unwrap();
+    for (currency, sum) in balances.sums() {
+        assert_eq!(sum, 0, "{currency}");
+    }
+    assert_eq!(balances.get(&Account::world(), rub()), Some(-714));
+    assert_eq!(balances.get(&Account::payouts(), rub()), Some(114));
+    assert_eq!(balances.get(&Account::world(), usd()), Some(-357));
+    assert_eq!(balances.get(&acct("bob"), usd()), Some(300));
+    assert_eq!(balances.accounts.len(), 5);
+    close(store).await;
+}
+
+async fn reopening_keeps_everything(env: &Env) {
+    let store = env.open().await;
+    let d = executed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+    executed(submit(&store, "w-1", withdraw("alice", 300, rub())).await);
+    executed(submit(&store, "r-1", refund("w-1", 100)).await);
+    executed(deliver(&store, "m-1", "k-1", deposit("bob", 5, usd())).await);
+    let q = deliver(&store, "m-1", "k-9", deposit("bob", 6, usd())).await;
+    assert!(matches!(q, Submission::Quarantined { .. }));
+    env.clock.advance_ms(25 * HOUR_MS);
+    assert_eq!(store.sweep().await.unwrap(), 4);
+    let balances = store.balances().await.unwrap();
+    let facts = store.facts(0, 100).await.unwrap();
+    let stats = store.stats().await.unwrap();
+    let keys = page_through(&store, None, None, 100).await;
+    close(store).await;
+
+    let store = env.open().await;
+    assert_eq!(store.balances().await.unwrap(), balances);
+    assert_eq!(store.facts(0, 100).await.unwrap(), facts);
+    let reopened = store.stats().await.unwrap();
+    assert_eq!(
+        (reopened.last_seq, reopened.applied, reopened.rejected),
+        (stats.last_seq, stats.applied, stats.rejected)
+    );
+    assert_eq!((reopened.keys_done, reopened.keys_expired), (0, 4));
+    let again = page_through(&store, None, None, 100).await;
+    let strip = |ks: &[KeyInfo]| -> Vec<_> {
+        ks.iter()
+            .map(|k| (k.client.clone(), k.key.clone(), k.status, k.outcome.clone()))
+            .collect()
+    };
+    assert_eq!(strip(&again), strip(&keys));
+    assert_eq!(store.quarantined(10).await.unwrap().len(), 1);
+    assert_eq!(
+        body(&replayed(
+            submit(&store, "d-1", deposit("alice", 1_000, rub())).await
+        )),
+        body(&d)
+    );
+    replayed(deliver(&store, "m-1", "k-1", deposit("bob", 5, usd())).await);
+    let next = executed(submit(&store, "d-2", deposit("alice", 1, rub())).await);
+    assert!(next.seq() > facts.last().unwrap().seq);
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+async fn after_shutdown_submissions_are_refused(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 1, rub())).await);
+    store.shutdown().await;
+    let late = store
+        .submit(&client(), &key("d-2"), deposit("alice", 1, rub()), None)
+        .await;
+    assert!(matches!(late, Err(LedgerError::Closed)), "{late:?}");
+    drop(store);
+    // What was done before is kept.
+    let store = env.open().await;
+    assert_eq!(balance(&store, "alice", rub()).await, Some(1));
+    close(store).await;
+}
+
+/// Two workers on one database (PostgreSQL only; on sled, one handle shared by many tasks
+/// is the same test as above): twins of one key race through both, and withdrawals race
+/// on one account, with no effect doubled and no overdraft.
+async fn two_workers_on_one_store_make_one_effect_per_key(env: &Env) {
+    let a = env.open().await;
+    let b = match env.open_another().await {
+        Some(b) => b,
+        None => a.clone(),
+    };
+    executed(submit(&a, "d-1", deposit("alice", 1_000, rub())).await);
+    let barrier = Arc::new(tokio::sync::Barrier::new(64));
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                barrier.wait().await;
+                // Half the tasks race on one key, the others each take 30 of the 1,000.
+                if i % 4 < 2 {
+                    (
+                        "twin",
+                        submit(&store, "pay-1", withdraw("alice", 100, rub())).await,
+                    )
+                } else {
+                    let k = format!("w-{i}");
+                    (
+                        "own",
+                        submit(&store, &k, withdraw("alice", 30, rub())).await,
+                    )
+                }
+            })
+        })
+        .collect();
+    let mut twin_executed = 0;
+    let mut own_applied = 0u64;
+    for t in tasks {
+        match t.await.unwrap() {
+            ("twin", Submission::Executed(_)) => twin_executed += 1,
+            ("twin", Submission::Replayed(_) | Submission::InProgress { .. }) => {}
+            ("own", Submission::Executed(o)) if o.is_applied() => own_applied += 1,
+            ("own", Submission::Executed(o)) => {
+                assert_eq!(o.rejection(), Some(Rejection::InsufficientFunds));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(twin_executed, 1);
+    let twin = settle(&b, "pay-1", withdraw("alice", 100, rub())).await;
+    let twin_applied = u64::from(twin.outcome().unwrap().is_applied());
+    let left = balance(&a, "alice", rub()).await.unwrap();
+    assert_eq!(
+        left,
+        1_000 - i128::from(twin_applied * 100 + own_applied * 30)
+    );
+    assert!(left >= 0);
+    assert_eq!(balance(&b, "alice", rub()).await.unwrap(), left);
+    assert_verified(&a).await;
+    if !Arc::ptr_eq(&a, &b) {
+        close(b).await;
+    }
+    close(a).await;
+}
+
+// ---- PostgreSQL only -------------------------------------------------------------------
+
+mod postgres_only {
+    use super::*;
+
+    async fn env(test: &str) -> Option<Env> {
+        Env::pg(test).await
+    }
+
+    /// Workers starting together each apply the migrations or find them applied.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn workers_starting_together_migrate_once() {
+        let Some(env) = env("postgres_only::workers_starting_together_migrate_once").await else {
+            return;
+        };
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let opens: Vec<_> = (0..6)
+            .map(|_| {
+                let (url, rules) = (db.url.clone(), env.rules());
+                tokio::spawn(async move { PgStore::open(&url, rules, PgOptions::default()).await })
+            })
+            .collect();
+        let mut fresh = 0;
+        let mut stores = Vec::new();
+        for o in opens {
+            let (store, report) = o.await.unwrap().unwrap();
+            fresh += usize::from(report.fresh);
+            stores.push(store);
+        }
+        assert_eq!(fresh, 1);
+        let s: Arc<dyn Store> = Arc::new(stores.pop().unwrap());
+        executed(submit(&s, "d-1", deposit("alice", 1, rub())).await);
+        for other in stores {
+            other.shutdown().await;
+        }
+        close(s).await;
+        env.finish().await;
+    }
+
+    /// A worker that hangs inside its transaction holds the key's claim: others are told
+    /// 409, until the server ends the hung session at the lease and the key is free.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_hung_claim_answers_in_progress_until_the_lease_frees_it() {
+        let Some(env) =
+            env("postgres_only::a_hung_claim_answers_in_progress_until_the_lease_frees_it").await
+        else {
+            return;
+        };
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let store = env.open().await;
+        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+        // The hung worker: a session that claimed "w-1" and stopped, with a 1 s lease.
+        let (hung, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        hung.batch_execute(
+            "SET idle_in_transaction_session_timeout = '1s'; BEGIN; \
+             INSERT INTO idem.idempotency_keys (client, key, request_hash, status, created_at) \
+             VALUES ('default', 'w-1', '\\x00', 'pending', now());",
+        )
+        .await
+        .unwrap();
+        let started = std::time::Instant::now();
+        let answer = submit(&store, "w-1", withdraw("alice", 100, rub())).await;
+        assert!(
+            matches!(answer, Submission::InProgress { .. }),
+            "{answer:?}"
+        );
+        // The bounded wait: well under the lease (10 s here).
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let settled = settle(&store, "w-1", withdraw("alice", 100, rub())).await;
+        let o = executed(settled);
+        assert_eq!(applied(&o).balance, 400);
+        assert!(hung.is_closed() || hung.simple_query("SELECT 1").await.is_err());
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_is_unavailable_not_a_hang() {
+        let rules = Rules {
+            retention: RETENTION,
+            lease: Duration::from_secs(10),
+            clock: Arc::new(SystemClock),
+        };
+        let opened = PgStore::open(
+            "postgres://postgres@127.0.0.1:1/postgres",
+            rules,
+            PgOptions::default(),
+        )
+        .await;
+        match opened {
+            Err(LedgerError::Unavailable(why)) => assert!(!why.is_empty()),
+            other => panic!("expected Unavailable, got {:?}", other.map(|_| ())),
+        }
+    }
+}
