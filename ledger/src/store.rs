@@ -684,6 +684,35 @@ impl Ledger {
             let ends = claim.claimed_at.saturating_add_ms(lease_ms);
             if now < ends {
                 let reused = claim.fingerprint != fingerprint;
+                if reused {
+                    // The claim may be another command's attempt on a key that is already
+                    // done with this one (an inbox message reusing the key, or a takeover):
+                    // what the key durably holds decides, not the claim, or a true retry
+                    // would be refused while the intruder's attempt is in flight.
+                    match shared.durable_record(&mut shard, &ck) {
+                        Err(e) => {
+                            drop(shard);
+                            return reply(Err(e));
+                        }
+                        Ok(Some((stored, Some(outcome)))) if stored == fingerprint => {
+                            shard.note(&ck, true);
+                            drop(shard);
+                            shared.replayed.fetch_add(1, Ordering::Relaxed);
+                            return reply(outcome.map(Submission::Replayed));
+                        }
+                        // Done with this command but not flushed yet (a takeover while the
+                        // first attempt's batch is in flight): not an answer to give yet.
+                        Ok(Some((stored, None))) if stored == fingerprint => {
+                            shard.note(&ck, false);
+                            drop(shard);
+                            shared.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
+                            return reply(Ok(Submission::InProgress {
+                                retry_after: Duration::from_secs(1),
+                            }));
+                        }
+                        Ok(_) => {}
+                    }
+                }
                 shard.note(&ck, false);
                 drop(shard);
                 if reused {
@@ -1129,6 +1158,36 @@ impl Shared {
     }
 
     /// The key's answer, rendered from its fact.
+    /// What the key holds: its fingerprint and, once durable, its outcome (from the answer
+    /// cache, which holds only durable answers, or the key record); `None` for a key never
+    /// done.
+    #[allow(clippy::type_complexity)]
+    fn durable_record(
+        &self,
+        shard: &mut Shard,
+        ck: &(ClientId, Key),
+    ) -> Result<Option<(Fingerprint, Option<Result<Outcome>>)>> {
+        if let Some((stored, outcome)) = shard.answers.get(ck) {
+            return Ok(Some((*stored, Some(Ok(outcome.clone())))));
+        }
+        let Some(bytes) = self
+            .tree
+            .get(scoped_key(P_KEY, &ck.0, ck.1.as_str()))
+            .map_err(io_err)?
+        else {
+            return Ok(None);
+        };
+        let rec = KeyRecord::decode(&bytes).map_err(|e| self.corrupt(e))?;
+        if rec.seq > self.durable_seq.load(Ordering::Acquire) {
+            return Ok(Some((rec.fingerprint, None)));
+        }
+        let outcome = self.stored_outcome(&rec);
+        if let Ok(o) = &outcome {
+            shard.remember(ck, rec.fingerprint, o);
+        }
+        Ok(Some((rec.fingerprint, Some(outcome))))
+    }
+
     fn stored_outcome(&self, rec: &KeyRecord) -> Result<Outcome> {
         let fact = self.fact(rec.seq)?.ok_or_else(|| {
             self.corrupt(DecodeError::new(

@@ -24,16 +24,28 @@ impl Worker {
     }
 
     pub fn start_on(db: &Path, listen: &str, extra: &[&str]) -> Worker {
+        let mut args = vec!["serve", "--db", db.to_str().unwrap(), "--listen", listen];
+        args.extend_from_slice(extra);
+        Self::spawn(&args, &db.with_extension("log"))
+    }
+
+    /// Starts on a PostgreSQL store; its stderr goes to `log`.
+    pub fn start_store(url: &str, log: &Path, extra: &[&str]) -> Worker {
+        let mut args = vec!["serve", "--store", url, "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Self::spawn(&args, log)
+    }
+
+    /// Runs the binary with `args` and waits until it prints `listening on`.
+    pub fn spawn(args: &[&str], log_path: &Path) -> Worker {
+        let db = log_path;
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(db.with_extension("log"))
+            .open(log_path)
             .unwrap();
         let mut child = Command::new(bin())
-            .args(["serve", "--db"])
-            .arg(db)
-            .args(["--listen", listen])
-            .args(extra)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -52,7 +64,7 @@ impl Worker {
             Ok(b) => b,
             Err(_) => {
                 let _ = child.kill();
-                let log = std::fs::read_to_string(db.with_extension("log")).unwrap_or_default();
+                let log = std::fs::read_to_string(db).unwrap_or_default();
                 panic!("the worker did not start:\n{log}");
             }
         };
