@@ -31,6 +31,7 @@
 pub mod client;
 pub mod demo;
 pub mod feed;
+pub mod fuzzing;
 pub mod inbox;
 mod listener;
 pub mod metrics;

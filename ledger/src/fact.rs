@@ -305,6 +305,16 @@ impl Fact {
                 ));
             }
         };
+        // postcard ignores bytes after the payload and accepts over-long varints, so a
+        // record altered that way would read as a valid fact. Only the encoder's own bytes
+        // are a fact; anything else is corruption to report, not to serve (found by
+        // fuzzing `fact_decode`).
+        if fact.encode() != bytes {
+            return Err(DecodeError::new(
+                "fact",
+                format!("seq {seq}: not the encoding of the fact it decodes to (extra or over-long bytes)"),
+            ));
+        }
         Ok(fact)
     }
 }
@@ -535,5 +545,48 @@ pub mod json {
             }
         }
         Value::Object(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::domain::{Account, Amount, ClientId, Currency, Key};
+
+    fn deposit() -> Fact {
+        Fact {
+            seq: 7,
+            at: Timestamp(1_800_000_000_000),
+            client: ClientId::default_client(),
+            key: Key::parse("d-1").unwrap(),
+            body: FactBody::DepositRecorded {
+                account: Account::parse("alice").unwrap(),
+                amount: Amount::new(1).unwrap(),
+                currency: Currency::parse("RUB").unwrap(),
+                balance_after: 1,
+            },
+        }
+    }
+
+    /// Found by fuzzing `fact_decode`: postcard accepted bytes after the payload and
+    /// over-long varints, so an altered record read back as a valid fact.
+    #[test]
+    fn regression_decode_refuses_trailing_and_overlong_bytes() {
+        let fact = deposit();
+        let bytes = fact.encode();
+        assert_eq!(Fact::decode(7, &bytes).unwrap(), fact);
+
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        let err = Fact::decode(7, &trailing).unwrap_err().to_string();
+        assert!(err.contains("not the encoding"), "{err}");
+
+        // The amount 1 is the varint 0x01; 0x81 0x00 is the same number, over-long.
+        let at = bytes.iter().rposition(|b| *b == 1).unwrap();
+        let mut overlong = bytes[..at].to_vec();
+        overlong.extend([0x81, 0x00]);
+        overlong.extend(&bytes[at + 1..]);
+        assert!(Fact::decode(7, &overlong).is_err());
     }
 }

@@ -9,8 +9,10 @@ mod cli;
 mod crash_loop;
 mod damaged;
 mod durability;
+mod fuzz_corpus;
 mod inbox;
 mod no_5xx;
+mod postgres;
 mod raw;
 mod support;
 
