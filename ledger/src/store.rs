@@ -694,15 +694,19 @@ impl Ledger {
                             drop(shard);
                             return reply(Err(e));
                         }
-                        Ok(Some((stored, Some(outcome)))) if stored == fingerprint => {
+                        Ok(Some((stored, Some(outcome))))
+                            if stored == fingerprint && message.is_none() =>
+                        {
                             shard.note(&ck, true);
                             drop(shard);
                             shared.replayed.fetch_add(1, Ordering::Relaxed);
                             return reply(outcome.map(Submission::Replayed));
                         }
                         // Done with this command but not flushed yet (a takeover while the
-                        // first attempt's batch is in flight): not an answer to give yet.
-                        Ok(Some((stored, None))) if stored == fingerprint => {
+                        // first attempt's batch is in flight), or a message: its id must go
+                        // through the committer, to be checked against the inbox and
+                        // recorded, so it is told to come again rather than answered here.
+                        Ok(Some((stored, _))) if stored == fingerprint => {
                             shard.note(&ck, false);
                             drop(shard);
                             shared.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
@@ -1157,7 +1161,6 @@ impl Shared {
         }
     }
 
-    /// The key's answer, rendered from its fact.
     /// What the key holds: its fingerprint and, once durable, its outcome (from the answer
     /// cache, which holds only durable answers, or the key record); `None` for a key never
     /// done.
@@ -1188,6 +1191,7 @@ impl Shared {
         Ok(Some((rec.fingerprint, Some(outcome))))
     }
 
+    /// The key's answer, rendered from its fact.
     fn stored_outcome(&self, rec: &KeyRecord) -> Result<Outcome> {
         let fact = self.fact(rec.seq)?.ok_or_else(|| {
             self.corrupt(DecodeError::new(

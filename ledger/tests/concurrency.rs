@@ -125,3 +125,141 @@ fn thirty_two_threads_racing_withdrawals_never_overdraw() {
     let report = ledger.verify().unwrap();
     assert!(report.ok(), "{report}");
 }
+
+fn deposit(units: u64) -> Command {
+    Command::Deposit {
+        account: Account::parse("alice").unwrap(),
+        amount: Amount::new(units).unwrap(),
+        currency: rub(),
+    }
+}
+
+/// A ledger whose key `k1` of client `shop` is done with `deposit(100)`.
+fn done_k1() -> (tempfile::TempDir, Ledger, ClientId, Outcome) {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
+    let client = ClientId::parse("shop").unwrap();
+    let first = match ledger.submit(&client, &k("k1"), deposit(100)).unwrap() {
+        Submission::Executed(o) => o,
+        other => panic!("the first submission did not execute: {other:?}"),
+    };
+    (dir, ledger, client, first)
+}
+
+fn k(s: &str) -> Key {
+    Key::parse(s).unwrap()
+}
+
+/// Delivers a message without waiting; the answer arrives on the returned channel.
+fn deliver_later(
+    ledger: &Ledger,
+    client: &ClientId,
+    key: &str,
+    command: Command,
+    message: &str,
+) -> std::sync::mpsc::Receiver<Result<Submission, LedgerError>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    ledger.submit_with(
+        client,
+        &k(key),
+        command,
+        Some(MessageId::parse(message).unwrap()),
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx
+}
+
+/// A message carrying another command under a done key claims the key (the inbox path
+/// claims without reading the key), and while that claim is live a true retry of the done
+/// command must still hear its stored outcome: the key is durably done, so the claim of the
+/// other command must not make it `idempotency_key_reused` (nor 409). Found by the
+/// deterministic simulation (`tests/tests/simulation.rs`) at SEED=49.
+#[test]
+fn regression_a_claim_by_another_command_does_not_refuse_a_true_retry() {
+    let (_dir, ledger, client, first) = done_k1();
+    // Hold the committer so that the message's claim stays live.
+    let pause = ledger.pause();
+    let message = deliver_later(&ledger, &client, "k1", deposit(101), "msg-1");
+    let retry = ledger.submit(&client, &k("k1"), deposit(100)).unwrap();
+    drop(pause);
+    let message = message.recv().unwrap();
+    assert!(matches!(message, Ok(Submission::Reused)), "{message:?}");
+    assert!(
+        matches!(&retry, Submission::Replayed(o) if *o == first),
+        "a true retry of a durably done key was answered {retry:?}, not its stored outcome"
+    );
+}
+
+/// The first fix of the bug above replayed a *message* from the key too, skipping the
+/// inbox: a message id used before was replayed instead of quarantined. A message must
+/// always reach the committer. Found by the simulation (SEED=160) after that fix.
+#[test]
+fn regression_a_reused_message_id_under_a_foreign_claim_is_not_replayed() {
+    let (_dir, ledger, client, _first) = done_k1();
+    let used = ledger
+        .deliver(
+            &MessageId::parse("m-old").unwrap(),
+            &client,
+            &k("k0"),
+            deposit(7),
+        )
+        .unwrap();
+    assert!(matches!(used, Submission::Executed(_)), "{used:?}");
+    let pause = ledger.pause();
+    let other = deliver_later(&ledger, &client, "k1", deposit(101), "m-other");
+    let reused = deliver_later(&ledger, &client, "k1", deposit(100), "m-old");
+    drop(pause);
+    assert!(matches!(other.recv().unwrap(), Ok(Submission::Reused)));
+    let reused = reused.recv().unwrap();
+    assert!(
+        matches!(
+            reused,
+            Ok(Submission::InProgress { .. } | Submission::Quarantined { .. })
+        ),
+        "a reused message id was answered {reused:?}"
+    );
+}
+
+/// The same first fix answered a fresh message from the key without recording its id, so
+/// the id could later be used again for a second effect. Found by the simulation
+/// (SEED=125): an acknowledged message id was missing from the inbox after a crash.
+#[test]
+fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
+    let (_dir, ledger, client, first) = done_k1();
+    let pause = ledger.pause();
+    let other = deliver_later(&ledger, &client, "k1", deposit(101), "m-other");
+    let fresh = deliver_later(&ledger, &client, "k1", deposit(100), "m-new");
+    drop(pause);
+    assert!(matches!(other.recv().unwrap(), Ok(Submission::Reused)));
+    match fresh.recv().unwrap() {
+        // Told to come again: its redelivery is recorded with its replay.
+        Ok(Submission::InProgress { .. }) => {
+            let again = ledger
+                .deliver(
+                    &MessageId::parse("m-new").unwrap(),
+                    &client,
+                    &k("k1"),
+                    deposit(100),
+                )
+                .unwrap();
+            assert_eq!(again, Submission::Replayed(first));
+        }
+        Ok(Submission::Replayed(o)) => assert_eq!(o, first),
+        other => panic!("m-new was answered {other:?}"),
+    }
+    // Either way its id is in the inbox now: used again for another key, it is refused.
+    let reused = ledger
+        .deliver(
+            &MessageId::parse("m-new").unwrap(),
+            &client,
+            &k("k2"),
+            deposit(5),
+        )
+        .unwrap();
+    assert!(
+        matches!(reused, Submission::Quarantined { .. }),
+        "m-new's id is not in the inbox: reused under k2 it was answered {reused:?}"
+    );
+}

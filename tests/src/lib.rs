@@ -1,6 +1,8 @@
 //! Shared pieces of the end-to-end tests: the deterministic workload that crash children
 //! run, so the parent can tell which command a key stands for.
 
+pub mod sim;
+
 use ledger::{Account, Amount, Command, Currency, Key};
 
 /// The command a workload key stands for. A key always maps to the same command, so a
