@@ -312,7 +312,9 @@ impl Fact {
         if fact.encode() != bytes {
             return Err(DecodeError::new(
                 "fact",
-                format!("seq {seq}: not the encoding of the fact it decodes to (extra or over-long bytes)"),
+                format!(
+                    "seq {seq}: not the encoding of the fact it decodes to (extra or over-long bytes)"
+                ),
             ));
         }
         Ok(fact)
