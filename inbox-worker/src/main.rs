@@ -79,7 +79,21 @@ enum Cmd {
         #[arg(long)]
         db: Option<PathBuf>,
     },
+    /// Measure the worker on sled, the worker on PostgreSQL, and pgbench running the bare
+    /// idempotent transaction, at several concurrencies; print a table, write a plot.
+    #[command(long_about = BENCH_HELP)]
+    Bench(inbox_worker::bench::BenchArgs),
 }
+
+const BENCH_HELP: &str = "One workload (withdrawals of 1 over many accounts or one hot \
+    account, new keys, an optional ratio of duplicates) measured for --duration at each \
+    --concurrency against: a fresh `serve --db` worker (sled), a fresh `serve --store` \
+    worker on a new PostgreSQL database, and pgbench running the bare transaction (claim \
+    the key, withdraw, write the ledger row, mark the key done) on a new database. Prints \
+    throughput, p50/p99 and effects (checked against the store's own count) with the \
+    ratios, and writes results.json, table.md and throughput.svg to --out. Exit 1 if a \
+    point's effects disagree with its store.\n\nExample:\n  inbox-worker bench \
+    --concurrency 1,4,16,64 --duration 10s --hot";
 
 const CONSUME_HELP: &str = "Feed JSON-lines messages through the inbox, as a broker \
     consumer would. One message per line:\n\n  \
@@ -150,6 +164,25 @@ struct ServeArgs {
     /// Connections beyond this wait to be accepted.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// Also consume inbox messages from RabbitMQ, e.g. amqp://guest:guest@127.0.0.1:5672/%2f.
+    /// Each is acked only once its outcome is durable.
+    #[arg(
+        long,
+        value_name = "amqp://…",
+        env = "IDEM_AMQP",
+        hide_env_values = true
+    )]
+    amqp: Option<String>,
+    /// The queue to consume (a quorum queue, declared if missing, with its dead-letter
+    /// exchange <queue>.dlx and queue <queue>.dead).
+    #[arg(long, default_value = "idem.inbox")]
+    queue: String,
+    /// Unacked deliveries in hand at once (they are applied concurrently).
+    #[arg(long, default_value_t = 64)]
+    prefetch: u16,
+    /// A message delivered this many times without an outcome goes to the dead letters.
+    #[arg(long, default_value_t = 20)]
+    max_deliveries: u32,
 }
 
 #[derive(Args)]
@@ -169,6 +202,26 @@ struct Common {
     /// Print the server's JSON body instead of the receipt.
     #[arg(long)]
     json: bool,
+    /// Publish the command to RabbitMQ instead of calling the worker over HTTP, e.g.
+    /// amqp://guest:guest@127.0.0.1:5672/%2f. Waits for the broker's confirm; the worker
+    /// consuming --queue applies it (the outcome is not known here).
+    #[arg(
+        long,
+        value_name = "amqp://…",
+        env = "IDEM_VIA",
+        hide_env_values = true
+    )]
+    via: Option<String>,
+    /// The queue, with --via.
+    #[arg(long, default_value = "idem.inbox")]
+    queue: String,
+    /// The message id, with --via (default: the key). A redelivery or a republish with
+    /// the same id has no second effect.
+    #[arg(long)]
+    message_id: Option<String>,
+    /// The client the message acts for, with --via (default: the consumer's default).
+    #[arg(long)]
+    client: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -244,6 +297,7 @@ fn main() -> ExitCode {
         Cmd::Demo { db } => {
             demo::run(db.as_deref(), &mut std::io::stdout()).map(|ok| u8::from(!ok))
         }
+        Cmd::Bench(args) => inbox_worker::bench::main(args),
     };
     match code {
         Ok(c) => ExitCode::from(c),
@@ -297,6 +351,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         db: args.db.unwrap_or_default(),
         store_url: args.store.filter(|s| !s.is_empty()),
         pg_pool: args.pg_pool.max(1),
+        amqp: args.amqp.filter(|u| !u.is_empty()).map(|url| {
+            let mut o = inbox_worker::amqp::AmqpOptions::new(url, args.queue.clone());
+            o.prefetch = args.prefetch.max(1);
+            o.max_deliveries = args.max_deliveries.max(1);
+            o
+        }),
         listen: args.listen,
         retention: args.retention,
         lease: args.lease,
@@ -308,6 +368,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             sweep_every,
             verify_every: args.verify_every,
             max_connections: args.max_connections,
+            amqp_stats: None,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -401,6 +462,9 @@ fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
             return Ok(2);
         }
     };
+    if let Some(url) = &common.via {
+        return publish(url, &common, &key, &command);
+    }
     let options = SubmitOptions {
         server: common.server,
         token: common.token,
@@ -420,6 +484,51 @@ fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
         }
     }
     Ok(submitted.verdict.exit_code())
+}
+
+/// `submit --via amqp://…`: one message, published with a publisher confirm. Exit 0 once
+/// the broker has it durably, 1 if it could not be published, 2 for invalid input.
+fn publish(url: &str, common: &Common, key: &Key, command: &Command) -> anyhow::Result<u8> {
+    let id = common.message_id.as_deref().unwrap_or(key.as_str());
+    let message_id = match ledger::MessageId::parse(id) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("invalid --message-id: {e}");
+            return Ok(2);
+        }
+    };
+    let client = match common.client.as_deref().map(ClientId::parse).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("invalid --client: {e}");
+            return Ok(2);
+        }
+    };
+    let body = inbox_worker::amqp::message_body(&message_id, client.as_ref(), key, command);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    match runtime.block_on(inbox_worker::amqp::publish(url, &common.queue, [body])) {
+        Ok(_) => {
+            println!(
+                "published: {} {} (key {}, message {}) to queue {}; confirmed by the broker",
+                command.name(),
+                command.amount().units(),
+                key.as_str(),
+                message_id.as_str(),
+                common.queue
+            );
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!(
+                "error: publishing to {}: {e:#}",
+                inbox_worker::amqp::redact(url)
+            );
+            Ok(1)
+        }
+    }
 }
 
 fn movement(

@@ -49,6 +49,8 @@ pub struct ApiOptions {
     pub verify_every: Duration,
     /// Connections beyond this wait to be accepted.
     pub max_connections: usize,
+    /// The RabbitMQ consumer's counters, for /metrics, when the worker runs one.
+    pub amqp_stats: Option<Arc<crate::amqp::AmqpStats>>,
 }
 
 impl Default for ApiOptions {
@@ -60,6 +62,7 @@ impl Default for ApiOptions {
             sweep_every: Duration::from_secs(5),
             verify_every: Duration::from_secs(600),
             max_connections: 1024,
+            amqp_stats: None,
         }
     }
 }
@@ -72,6 +75,8 @@ pub struct ServeConfig {
     pub store_url: Option<String>,
     /// Connections to PostgreSQL (with `store_url`).
     pub pg_pool: usize,
+    /// Consume inbox messages from RabbitMQ too.
+    pub amqp: Option<crate::amqp::AmqpOptions>,
     pub listen: SocketAddr,
     pub retention: Duration,
     pub lease: Duration,
@@ -85,6 +90,7 @@ impl ServeConfig {
             db: db.into(),
             store_url: None,
             pg_pool: 16,
+            amqp: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
             retention: Duration::from_secs(24 * 3600),
             lease: Duration::from_secs(10),
@@ -132,9 +138,53 @@ where
         }
     };
     let addr = listener.local_addr()?;
+    // One shutdown for the HTTP server and the broker consumer.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut api = config.api;
+    let consumer = config.amqp.map(|opts| {
+        api.amqp_stats = Some(opts.stats.clone());
+        eprintln!(
+            "consuming queue {} from {} (prefetch {})",
+            opts.queue,
+            crate::amqp::redact(&opts.url),
+            opts.prefetch
+        );
+        let (store, stop, until) = (ledger.clone(), stop_tx.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            let consumed = crate::amqp::consume(store, opts, until).await;
+            // A worker told to consume that cannot is not healthy: stop it all, loudly.
+            if consumed.is_err() {
+                let _ = stop.send(true);
+            }
+            consumed
+        })
+    });
     println!("listening on http://{addr}");
-    let served = serve(listener, ledger.clone(), config.api, shutdown).await;
+    let stop = stop_tx.clone();
+    let trigger = tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let served = serve(listener, ledger.clone(), api, stopped(stop_rx)).await;
+    trigger.abort();
+    let mut failed = None;
+    if let Some(consumer) = consumer {
+        // Stops taking deliveries and waits for those in hand: each is acked after its
+        // outcome is durable, or left for the broker to redeliver.
+        match consumer.await {
+            Ok(Ok(report)) => eprintln!("amqp: {report}"),
+            Ok(Err(e)) => failed = Some(e.context("the RabbitMQ consumer stopped")),
+            Err(e) => failed = Some(anyhow::anyhow!("the RabbitMQ consumer panicked: {e}")),
+        }
+    }
     close(ledger).await;
+    if let Some(e) = failed {
+        return Err(e);
+    }
     eprintln!("stopped: everything acknowledged is on disk");
     served
 }
@@ -862,7 +912,10 @@ async fn healthz(State(app): State<Shared>) -> Response {
 
 async fn metrics(State(app): State<Shared>) -> Response {
     let stats = app.store.stats().await.unwrap_or_default();
-    let text = app.metrics.render(&stats, &*app.store);
+    let mut text = app.metrics.render(&stats, &*app.store);
+    if let Some(amqp) = &app.options.amqp_stats {
+        amqp.write_prometheus(&mut text);
+    }
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -3,8 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod amqp;
 mod api;
 mod bad_input;
+mod bench;
 mod cli;
 mod crash_loop;
 mod damaged;

@@ -38,6 +38,11 @@ impl Worker {
 
     /// Runs the binary with `args` and waits until it prints `listening on`.
     pub fn spawn(args: &[&str], log_path: &Path) -> Worker {
+        Self::spawn_env(args, log_path, &[])
+    }
+
+    /// [`Worker::spawn`] with extra environment variables.
+    pub fn spawn_env(args: &[&str], log_path: &Path, env: &[(&str, &str)]) -> Worker {
         let db = log_path;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -46,6 +51,7 @@ impl Worker {
             .unwrap();
         let mut child = Command::new(bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()
@@ -74,6 +80,12 @@ impl Worker {
             base,
             port,
         }
+    }
+
+    /// Waits for the process to end by itself.
+    pub fn wait_exit(mut self, limit: Duration) -> ExitStatus {
+        let mut child = self.child.take().unwrap();
+        wait_timeout(&mut child, limit)
     }
 
     /// SIGTERM, then waits for the exit.

@@ -1,0 +1,833 @@
+//! The RabbitMQ inbox in-process against the real local broker and a real sled ledger:
+//! duplicates absorbed, held deliveries redelivered after a consumer dies, poison messages
+//! dead-lettered with their reasons, and a connection killed from the server side.
+//!
+//! Each test uses fresh, uniquely named queues and deletes them afterwards (also when it
+//! fails). The broker is `IDEM_TEST_AMQP_URL` (default the local guest account); when it
+//! cannot be reached the tests say SKIPPED on stderr and pass, unless
+//! `IDEM_REQUIRE_SERVICES=1` (CI) makes that a failure.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use inbox_worker::amqp::{self, AmqpOptions, AmqpStats, ConsumeReport};
+use lapin::options::{
+    BasicAckOptions, BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Connection, ConnectionProperties};
+use ledger::{
+    Account, ClientId, Command, CommitMetrics, Fact, Key, KeyInfo, KeyPage, KeyQuery, Ledger,
+    LedgerError, MessageId, Quarantined, Rules, Stats, Store, Submission, VerifyReport,
+};
+use rand::SeedableRng as _;
+use rand::seq::SliceRandom as _;
+use tokio::task::JoinHandle;
+
+const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+fn url() -> String {
+    std::env::var("IDEM_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned())
+}
+
+/// The broker's URL, or `None` (after saying so) when the test cannot run here.
+async fn broker() -> Option<String> {
+    let url = url();
+    let why = match tokio::time::timeout(
+        Duration::from_secs(5),
+        Connection::connect(&url, ConnectionProperties::default()),
+    )
+    .await
+    {
+        Ok(Ok(conn)) => {
+            let _ = conn.close(200, "probe").await;
+            return Some(url);
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "no answer within 5 s".to_owned(),
+    };
+    skip_or_fail(&format!(
+        "RabbitMQ not reachable at {} ({why})",
+        amqp::redact(&url)
+    ));
+    None
+}
+
+/// The service rule (the same as `ledger::testing`'s for PostgreSQL): with
+/// `IDEM_REQUIRE_SERVICES=1` a missing service fails the test; otherwise the test says it
+/// did not run, on the process's own stderr (the harness would swallow an `eprintln!` of a
+/// passing test), and returns.
+fn skip_or_fail(why: &str) {
+    if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") {
+        panic!("{why}, and IDEM_REQUIRE_SERVICES=1 makes that a failure");
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED (not run): {why}; set IDEM_REQUIRE_SERVICES=1 to make this a failure"
+    );
+}
+
+fn unique(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("idem-test-{name}-{}-{nanos}", std::process::id())
+}
+
+/// Deletes a test's queues and exchange when dropped, also after a failed assertion. Runs
+/// on its own thread and runtime: `Drop` cannot await, and may run inside a runtime.
+struct Cleanup {
+    url: String,
+    opts: AmqpOptions,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        let (queue, dead, dlx) = (
+            self.opts.queue.clone(),
+            self.opts.dead_letter_queue.clone(),
+            self.opts.dead_letter_exchange.clone(),
+        );
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let Ok(conn) = Connection::connect(&url, ConnectionProperties::default()).await
+                else {
+                    return;
+                };
+                if let Ok(ch) = conn.create_channel().await {
+                    for q in [&queue, &dead] {
+                        let _ = ch.queue_delete(q, QueueDeleteOptions::default()).await;
+                    }
+                    let _ = ch
+                        .exchange_delete(&dlx, ExchangeDeleteOptions::default())
+                        .await;
+                }
+                let _ = conn.close(200, "cleanup").await;
+            });
+        })
+        .join();
+    }
+}
+
+/// Options for a test: fresh names, short waits.
+fn options(url: &str, name: &str) -> (AmqpOptions, Cleanup) {
+    let mut opts = AmqpOptions::new(url, unique(name));
+    opts.connection_name = format!("idem-test consumer {}", opts.queue);
+    opts.reconnect_min = Duration::from_millis(50);
+    opts.reconnect_max = Duration::from_millis(500);
+    opts.requeue_delay = Duration::from_millis(20);
+    opts.store_backoff_min = Duration::from_millis(10);
+    opts.store_backoff_max = Duration::from_millis(50);
+    let cleanup = Cleanup {
+        url: url.to_owned(),
+        opts: opts.clone(),
+    };
+    (opts, cleanup)
+}
+
+fn open_ledger() -> (tempfile::TempDir, Ledger) {
+    let dir = tempfile::tempdir().unwrap();
+    let (ledger, _) = Ledger::open(ledger::Config::new(dir.path().join("db"))).unwrap();
+    (dir, ledger)
+}
+
+fn deposit(id: &str, key: &str, account: &str, amount: u64) -> Vec<u8> {
+    serde_json::json!({
+        "message_id": id,
+        "key": key,
+        "command": {"type": "deposit", "account": account, "amount": amount, "currency": "RUB"},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// The same message with its fields in another order: the ledger compares parsed
+/// commands, so it is a duplicate, not a conflict.
+fn deposit_reordered(id: &str, key: &str, account: &str, amount: u64) -> Vec<u8> {
+    format!(
+        r#"{{"command":{{"currency":"RUB","amount":{amount},"account":"{account}","type":"deposit"}},"key":"{key}","message_id":"{id}"}}"#
+    )
+    .into_bytes()
+}
+
+/// A consumer running in the background.
+struct Running {
+    stop: tokio::sync::oneshot::Sender<()>,
+    handle: JoinHandle<anyhow::Result<ConsumeReport>>,
+    stats: Arc<AmqpStats>,
+}
+
+fn start(store: Arc<dyn Store>, opts: AmqpOptions) -> Running {
+    let stats = opts.stats.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(amqp::consume(store, opts, async move {
+        let _ = stopped.await;
+    }));
+    Running {
+        stop,
+        handle,
+        stats,
+    }
+}
+
+impl Running {
+    async fn stop(self) -> ConsumeReport {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("the consumer did not stop within 30 s")
+            .unwrap()
+            .unwrap()
+    }
+}
+
+/// Polls `done` until it holds, failing with `what` and the counters after `limit`.
+async fn wait_for(
+    what: &str,
+    stats: &AmqpStats,
+    limit: Duration,
+    mut done: impl AsyncFnMut() -> bool,
+) {
+    let deadline = Instant::now() + limit;
+    while !done().await {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}; {}",
+            stats.snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ready messages in a queue (a passive declare; unacked ones are not counted).
+async fn ready(url: &str, queue: &str) -> u32 {
+    let conn = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let q = ch
+        .queue_declare(
+            queue,
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let _ = conn.close(200, "count").await;
+    q.message_count()
+}
+
+/// Takes every message of the dead-letter queue: (reason header, all headers, body).
+async fn drain_dead(url: &str, queue: &str) -> Vec<(String, FieldTable, Vec<u8>)> {
+    let conn = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let mut out = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue, BasicGetOptions::default())
+        .await
+        .unwrap()
+    {
+        let headers = m.delivery.properties.headers().clone().unwrap_or_default();
+        let reason = match headers.inner().get(amqp::REASON_HEADER) {
+            Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+            other => panic!("no {} header: {other:?}", amqp::REASON_HEADER),
+        };
+        m.delivery
+            .acker
+            .ack(BasicAckOptions::default())
+            .await
+            .unwrap();
+        out.push((reason, headers, m.delivery.data.clone()));
+    }
+    let _ = conn.close(200, "drained").await;
+    out
+}
+
+async fn facts(store: &dyn Store) -> usize {
+    store.facts(0, 100_000).await.unwrap().len()
+}
+
+async fn balance(store: &dyn Store, account: &str) -> i128 {
+    let account = Account::parse(account).unwrap();
+    store
+        .account(&account)
+        .await
+        .unwrap()
+        .and_then(|by_currency| by_currency.values().next().copied())
+        .unwrap_or(0)
+}
+
+async fn assert_verified(store: &dyn Store) {
+    let report = store.verify().await.unwrap();
+    assert!(report.ok(), "{report}");
+}
+
+/// 200 messages: 140 distinct keys, 54 exact redeliveries (some with the fields
+/// reordered) and 6 new message ids repeating a key with the same command. Every message is
+/// acked, every key has one effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_duplicates_make_one_effect_per_key() {
+    let Some(url) = broker().await else { return };
+    let started = Instant::now();
+    let (opts, _cleanup) = options(&url, "dups");
+    let (_dir, ledger) = open_ledger();
+    let store: Arc<dyn Store> = Arc::new(ledger);
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let distinct = 140usize;
+    let mut messages = Vec::new();
+    let mut expected: BTreeMap<String, i128> = BTreeMap::new();
+    for i in 0..distinct {
+        let account = format!("acct-{}", i % 7);
+        let amount = u64::try_from(i).unwrap() + 1;
+        *expected.entry(account.clone()).or_default() += i128::from(amount);
+        messages.push(deposit(
+            &format!("m-{i}"),
+            &format!("k-{i}"),
+            &account,
+            amount,
+        ));
+    }
+    for d in 0..54usize {
+        let i = (d * 37) % distinct;
+        let (id, key, account) = (
+            format!("m-{i}"),
+            format!("k-{i}"),
+            format!("acct-{}", i % 7),
+        );
+        let amount = u64::try_from(i).unwrap() + 1;
+        messages.push(if d % 2 == 0 {
+            deposit(&id, &key, &account, amount)
+        } else {
+            deposit_reordered(&id, &key, &account, amount)
+        });
+    }
+    for r in 0..6usize {
+        let i = r * 11;
+        let amount = u64::try_from(i).unwrap() + 1;
+        messages.push(deposit(
+            &format!("m-again-{i}"),
+            &format!("k-{i}"),
+            &format!("acct-{}", i % 7),
+            amount,
+        ));
+    }
+    messages.shuffle(&mut rng);
+    assert_eq!(messages.len(), 200);
+    assert_eq!(
+        amqp::publish(&url, &opts.queue, messages).await.unwrap(),
+        200
+    );
+
+    let consumer = start(store.clone(), opts.clone());
+    let stats = consumer.stats.clone();
+    wait_for("200 acks", &stats, Duration::from_secs(60), async || {
+        stats.snapshot().acked >= 200
+    })
+    .await;
+    let report = consumer.stop().await;
+    eprintln!("amqp dups: {report} in {:?}", started.elapsed());
+
+    assert_eq!(report.acked, 200, "{report}");
+    assert_eq!(report.executed, 140, "{report}");
+    assert_eq!(report.replayed, 60, "{report}");
+    assert_eq!(report.dead_lettered_total(), 0, "{report}");
+    assert_eq!(facts(&*store).await, distinct);
+    for (account, sum) in &expected {
+        assert_eq!(balance(&*store, account).await, *sum, "{account}");
+    }
+    assert_verified(&*store).await;
+    assert_eq!(ready(&url, &opts.queue).await, 0);
+    assert_eq!(ready(&url, &opts.dead_letter_queue).await, 0);
+    store.shutdown().await;
+}
+
+/// What a test makes the store do on `submit`; everything else goes to the ledger.
+#[derive(Clone)]
+enum Fault {
+    /// Never answer: a consumer that hangs with its deliveries in hand.
+    Stall,
+    /// Fail with `Unavailable` for this key, always.
+    FailKey(String),
+    /// Hold every submission while the flag is set: a store that stalls for a while, so
+    /// that a test knows what the consumer holds when it cuts the connection.
+    Gate(Arc<AtomicBool>),
+}
+
+struct Faulty {
+    inner: Ledger,
+    fault: Fault,
+}
+
+#[async_trait]
+impl Store for Faulty {
+    fn kind(&self) -> &'static str {
+        "faulty"
+    }
+    fn location(&self) -> String {
+        Store::location(&self.inner)
+    }
+    fn rules(&self) -> &Rules {
+        Store::rules(&self.inner)
+    }
+    async fn submit(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+    ) -> Result<Submission, LedgerError> {
+        match &self.fault {
+            Fault::Stall => std::future::pending().await,
+            Fault::FailKey(k) if k == key.as_str() => {
+                Err(LedgerError::Unavailable("injected for the test".into()))
+            }
+            Fault::FailKey(_) => Store::submit(&self.inner, client, key, command, message).await,
+            Fault::Gate(closed) => {
+                while closed.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Store::submit(&self.inner, client, key, command, message).await
+            }
+        }
+    }
+    async fn quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: Vec<u8>,
+    ) -> Result<u64, LedgerError> {
+        Store::quarantine(&self.inner, message_id, reason, payload).await
+    }
+    async fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>, LedgerError> {
+        Store::quarantined(&self.inner, limit).await
+    }
+    async fn sweep(&self) -> Result<usize, LedgerError> {
+        Store::sweep(&self.inner).await
+    }
+    async fn verify(&self) -> Result<VerifyReport, LedgerError> {
+        Store::verify(&self.inner).await
+    }
+    async fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>, LedgerError> {
+        Store::key(&self.inner, client, key).await
+    }
+    async fn keys(&self, query: KeyQuery) -> Result<KeyPage, LedgerError> {
+        Store::keys(&self.inner, query).await
+    }
+    async fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>, LedgerError> {
+        Store::facts(&self.inner, after, limit).await
+    }
+    async fn fact(&self, seq: u64) -> Result<Option<Fact>, LedgerError> {
+        Store::fact(&self.inner, seq).await
+    }
+    async fn balances(&self) -> Result<ledger::Balances, LedgerError> {
+        Store::balances(&self.inner).await
+    }
+    async fn account(
+        &self,
+        account: &Account,
+    ) -> Result<Option<BTreeMap<ledger::Currency, i128>>, LedgerError> {
+        Store::account(&self.inner, account).await
+    }
+    async fn stats(&self) -> Result<Stats, LedgerError> {
+        Store::stats(&self.inner).await
+    }
+    fn pending(&self) -> Vec<KeyInfo> {
+        Store::pending(&self.inner)
+    }
+    fn durable_seq(&self) -> u64 {
+        Store::durable_seq(&self.inner)
+    }
+    fn commit_metrics(&self) -> CommitMetrics {
+        Store::commit_metrics(&self.inner)
+    }
+    async fn size_on_disk(&self) -> Result<u64, LedgerError> {
+        Store::size_on_disk(&self.inner).await
+    }
+    fn failure(&self) -> Option<String> {
+        Store::failure(&self.inner)
+    }
+    async fn shutdown(&self) {
+        Store::shutdown(&self.inner).await;
+    }
+}
+
+fn faulty(ledger: &Ledger, fault: Fault) -> Arc<dyn Store> {
+    Arc::new(Faulty {
+        inner: ledger.clone(),
+        fault,
+    })
+}
+
+/// A consumer dies holding a full prefetch of unacked deliveries: the broker hands all of
+/// them to the next consumer, which applies each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_deliveries_held_by_a_dead_consumer_are_redelivered() {
+    let Some(url) = broker().await else { return };
+    let started = Instant::now();
+    let (mut opts, _cleanup) = options(&url, "held");
+    opts.prefetch = 16;
+    let (_dir, ledger) = open_ledger();
+    let messages: Vec<Vec<u8>> = (0..50)
+        .map(|i| deposit(&format!("m-{i}"), &format!("k-{i}"), "alice", 10))
+        .collect();
+    assert_eq!(
+        amqp::publish(&url, &opts.queue, messages).await.unwrap(),
+        50
+    );
+
+    // The first consumer takes its prefetch and hangs in the store.
+    let mut first_opts = opts.clone();
+    first_opts.stats = Arc::new(AmqpStats::default());
+    let first = start(faulty(&ledger, Fault::Stall), first_opts);
+    let first_stats = first.stats.clone();
+    wait_for(
+        "the first consumer to hold 16",
+        &first_stats,
+        Duration::from_secs(30),
+        async || first_stats.snapshot().consumed >= 16,
+    )
+    .await;
+    // A little longer: the broker must not hand it more than its prefetch.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(first_stats.snapshot().consumed, 16);
+    assert_eq!(first_stats.snapshot().acked, 0);
+    assert_eq!(ready(&url, &opts.queue).await, 34);
+    // It dies: its task, its tasks and its connection are dropped, nothing acked.
+    first.handle.abort();
+    let _ = first.handle.await;
+    drop(first.stop);
+    wait_for(
+        "the 16 held deliveries to return to the queue",
+        &first_stats,
+        Duration::from_secs(30),
+        async || ready(&url, &opts.queue).await == 50,
+    )
+    .await;
+
+    let second = start(Arc::new(ledger.clone()), opts.clone());
+    let stats = second.stats.clone();
+    wait_for("50 acks", &stats, Duration::from_secs(60), async || {
+        stats.snapshot().acked >= 50
+    })
+    .await;
+    let report = second.stop().await;
+    eprintln!("amqp held: {report} in {:?}", started.elapsed());
+    assert_eq!(report.acked, 50, "{report}");
+    assert_eq!(report.executed, 50, "{report}");
+    assert_eq!(report.redelivered, 16, "{report}");
+    assert_eq!(facts(&ledger).await, 50);
+    assert_eq!(balance(&ledger, "alice").await, 500);
+    assert_verified(&ledger).await;
+    assert_eq!(ready(&url, &opts.queue).await, 0);
+    Store::shutdown(&ledger).await;
+}
+
+/// Poison: an undecodable message, a message id seen before with another payload, a key
+/// reused for another command, and a message the store fails every time. Each ends in the
+/// dead-letter queue with its reason; nothing else moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_poison_messages_are_dead_lettered_with_their_reason() {
+    let Some(url) = broker().await else { return };
+    let started = Instant::now();
+    let (mut opts, _cleanup) = options(&url, "poison");
+    opts.max_deliveries = 3;
+    let (_dir, ledger) = open_ledger();
+    let store = faulty(&ledger, Fault::FailKey("k-poison".into()));
+    let consumer = start(store.clone(), opts.clone());
+    let stats = consumer.stats.clone();
+
+    // First the original, alone, so that the conflicting copies below come second.
+    let original = deposit("m-1", "k-1", "alice", 100);
+    amqp::publish(&url, &opts.queue, [original]).await.unwrap();
+    wait_for(
+        "the original",
+        &stats,
+        Duration::from_secs(30),
+        async || stats.snapshot().acked >= 1,
+    )
+    .await;
+
+    let undecodable = b"this is not json".to_vec();
+    let same_id_other_payload = deposit("m-1", "k-1", "alice", 999);
+    let same_key_other_command = deposit("m-2", "k-1", "alice", 999);
+    let failing = deposit("m-3", "k-poison", "alice", 5);
+    let poison = [
+        undecodable.clone(),
+        same_id_other_payload.clone(),
+        same_key_other_command.clone(),
+        failing.clone(),
+    ];
+    amqp::publish(&url, &opts.queue, poison).await.unwrap();
+    wait_for(
+        "4 dead letters",
+        &stats,
+        Duration::from_secs(60),
+        async || stats.snapshot().dead_lettered_total() >= 4,
+    )
+    .await;
+    let report = consumer.stop().await;
+    eprintln!("amqp poison: {report} in {:?}", started.elapsed());
+
+    let dead = drain_dead(&url, &opts.dead_letter_queue).await;
+    assert_eq!(dead.len(), 4, "{dead:?}");
+    let by_body: BTreeMap<Vec<u8>, (String, FieldTable)> =
+        dead.into_iter().map(|(r, h, b)| (b, (r, h))).collect();
+    let reason = |body: &Vec<u8>| by_body.get(body).map(|(r, _)| r.clone()).unwrap();
+    assert!(reason(&undecodable).starts_with("undecodable: "));
+    assert!(reason(&same_id_other_payload).starts_with("message_id_reused"));
+    assert!(reason(&same_key_other_command).starts_with("idempotency_key_reused"));
+    let limit = reason(&failing);
+    assert!(limit.starts_with("delivered 4 times"), "{limit}");
+    let (_, headers) = by_body.get(&failing).unwrap();
+    assert_eq!(
+        headers.inner().get("x-idem-deliveries"),
+        Some(&AMQPValue::LongLongInt(4))
+    );
+    assert_eq!(
+        headers.inner().get("x-idem-message-id"),
+        Some(&AMQPValue::LongString("m-3".into()))
+    );
+    // No reason quotes the message.
+    for (r, _) in by_body.values() {
+        assert!(!r.contains("999") && !r.contains("this is not"), "{r}");
+    }
+
+    assert_eq!(report.dead_lettered["undecodable"], 1, "{report}");
+    assert_eq!(report.dead_lettered["message_id_reused"], 1, "{report}");
+    assert_eq!(
+        report.dead_lettered["idempotency_key_reused"], 1,
+        "{report}"
+    );
+    assert_eq!(report.dead_lettered["delivery_limit"], 1, "{report}");
+    assert_eq!(report.store_errors, 3, "{report}");
+    assert_eq!(report.requeued, 3, "{report}");
+    assert_eq!(report.acked, 5, "{report}");
+    // One effect: the original deposit. The ledger kept the reused id in its quarantine.
+    assert_eq!(facts(&*store).await, 1);
+    assert_eq!(balance(&*store, "alice").await, 100);
+    let kept = store.quarantined(10).await.unwrap();
+    assert!(
+        kept.iter()
+            .any(|q| q.message_id.as_deref() == Some("m-1")
+                && q.reason.starts_with("message_id_reused")),
+        "{kept:?}"
+    );
+    assert_verified(&*store).await;
+    assert_eq!(ready(&url, &opts.queue).await, 0);
+    store.shutdown().await;
+}
+
+/// A mistake only an operator can fix fails at once, with the broker's reason; a broker
+/// that is not up yet is waited for instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_refused_credentials_fail_at_once() {
+    let Some(url) = broker().await else { return };
+    let (_dir, ledger) = open_ledger();
+    let store: Arc<dyn Store> = Arc::new(ledger);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        panic!("not a URL: {url}")
+    };
+    let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let wrong = format!("{scheme}://idem-nobody:wrong@{host}");
+    let (opts, _cleanup) = options(&wrong, "refused");
+    let started = Instant::now();
+    let e = tokio::time::timeout(
+        Duration::from_secs(30),
+        amqp::consume(store.clone(), opts, std::future::pending()),
+    )
+    .await
+    .expect("refused credentials must not be retried")
+    .unwrap_err();
+    let text = format!("{e:#}");
+    assert!(text.contains("ACCESS_REFUSED"), "{text}");
+    assert!(!text.contains("wrong"), "the password leaked: {text}");
+    let e = amqp::consume(store.clone(), AmqpOptions::new("http://x", "q"), async {})
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("not valid"), "{e:#}");
+    eprintln!("amqp refused: failed in {:?}: {text}", started.elapsed());
+    store.shutdown().await;
+}
+
+/// `rabbitmqctl` as root, or `None` where it cannot run.
+fn rabbitmqctl(args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "rabbitmqctl {args:?}: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The broker's ids of the connections whose client-given name contains `name`: only this
+/// test's, as the other tests run at the same time.
+fn connection_pids(name: &str) -> Option<Vec<String>> {
+    // The table output, one connection a line: `<rabbit@host.1.2.3>\t[{"connection_name",…}]`.
+    // (The JSON formatter prints pids as `#PID<…>`, which close_connection refuses.)
+    let listing = rabbitmqctl(&["list_connections", "pid", "client_properties", "-s"])?;
+    listing
+        .lines()
+        .filter(|l| l.contains(name))
+        .map(|l| l.split('\t').next().map(|pid| pid.trim().to_owned()))
+        .collect()
+}
+
+/// The broker closes the consumer's connection in the middle of a stream: the consumer
+/// reconnects and the stream completes, one effect per key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_consumer_reconnects_after_the_broker_kills_its_connection() {
+    let Some(url) = broker().await else { return };
+    if rabbitmqctl(&["list_connections", "-q", "pid"]).is_none() {
+        skip_or_fail("rabbitmqctl is not usable here (it needs root and the broker's cookie)");
+        return;
+    }
+    let started = Instant::now();
+    let (mut opts, _cleanup) = options(&url, "killed");
+    opts.prefetch = 8;
+    let (_dir, ledger) = open_ledger();
+    // A store the test can stall: the consumer then holds a full prefetch, unacked, while
+    // rabbitmqctl (which takes seconds to start) cuts its connection.
+    let gate = Arc::new(AtomicBool::new(false));
+    let store = faulty(&ledger, Fault::Gate(gate.clone()));
+
+    let distinct = 450usize;
+    let mut messages: Vec<Vec<u8>> = (0..distinct)
+        .map(|i| deposit(&format!("m-{i}"), &format!("k-{i}"), "bob", 1))
+        .collect();
+    messages.extend((0..150).map(|d| {
+        let i = (d * 3) % distinct;
+        deposit(&format!("m-{i}"), &format!("k-{i}"), "bob", 1)
+    }));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    messages.shuffle(&mut rng);
+    let total = messages.len();
+
+    let consumer = start(store.clone(), opts.clone());
+    let stats = consumer.stats.clone();
+    wait_for(
+        "the consumer to connect",
+        &stats,
+        Duration::from_secs(30),
+        async || stats.connected(),
+    )
+    .await;
+    // Found before the stream starts: rabbitmqctl takes a second or two to answer.
+    let name = opts.queue.clone();
+    let pids = tokio::task::spawn_blocking(move || connection_pids(&name))
+        .await
+        .unwrap()
+        .expect("rabbitmqctl list_connections failed");
+    assert_eq!(
+        pids.len(),
+        1,
+        "expected the consumer's one connection: {pids:?}"
+    );
+    let (first_half, second_half) = messages.split_at(total / 2);
+    amqp::publish(&url, &opts.queue, first_half.to_vec())
+        .await
+        .unwrap();
+    wait_for("60 acks", &stats, Duration::from_secs(60), async || {
+        stats.snapshot().acked >= 60
+    })
+    .await;
+    gate.store(true, Ordering::SeqCst);
+    wait_for(
+        "the consumer to hold a full prefetch",
+        &stats,
+        Duration::from_secs(30),
+        async || {
+            let s = stats.snapshot();
+            s.consumed - s.acked - s.requeued - s.ack_failures == 8
+        },
+    )
+    .await;
+    let pid = pids[0].clone();
+    tokio::task::spawn_blocking(move || {
+        rabbitmqctl(&["close_connection", &pid, "idem test: connection killed"])
+    })
+    .await
+    .unwrap()
+    .expect("rabbitmqctl close_connection failed");
+    let at_kill = stats.snapshot();
+    eprintln!("amqp killed: connection closed holding 8, at {at_kill}");
+    assert!(
+        usize::try_from(at_kill.acked).unwrap() < total / 2,
+        "the first half had already been consumed when the connection was cut: {at_kill}"
+    );
+    // The consumer notices and reconnects while the 8 it held are still in the store.
+    wait_for("a reconnect", &stats, Duration::from_secs(30), async || {
+        stats.snapshot().reconnects >= 1 && stats.connected()
+    })
+    .await;
+    gate.store(false, Ordering::SeqCst);
+    amqp::publish(&url, &opts.queue, second_half.to_vec())
+        .await
+        .unwrap();
+
+    wait_for(
+        "every key applied and the queue drained",
+        &stats,
+        Duration::from_secs(120),
+        async || {
+            let s = stats.snapshot();
+            let in_hand = s.consumed - s.acked - s.requeued - s.ack_failures;
+            s.reconnects >= 1
+                && in_hand == 0
+                && facts(&*store).await == distinct
+                && ready(&url, &opts.queue).await == 0
+        },
+    )
+    .await;
+    let report = consumer.stop().await;
+    eprintln!("amqp killed: {report} in {:?}", started.elapsed());
+    assert!(report.reconnects >= 1, "{report}");
+    // What the consumer held when its connection died came back and was replayed; the
+    // commits of the 8 it held stand, their acks failed on the dead channel.
+    assert!(report.redelivered >= 8, "{report}");
+    assert!(report.ack_failures >= 8, "{report}");
+    // Every delivery, the held ones on the dead channel included, got its outcome.
+    assert_eq!(
+        report.executed + report.replayed,
+        report.consumed,
+        "{report:?}"
+    );
+    assert_eq!(
+        usize::try_from(report.executed).unwrap(),
+        distinct,
+        "{report}"
+    );
+    assert!(usize::try_from(report.acked).unwrap() >= total, "{report}");
+    assert_eq!(report.dead_lettered_total(), 0, "{report}");
+    assert_eq!(facts(&*store).await, distinct);
+    assert_eq!(
+        balance(&*store, "bob").await,
+        i128::try_from(distinct).unwrap()
+    );
+    assert_verified(&*store).await;
+    assert_eq!(ready(&url, &opts.queue).await, 0);
+    store.shutdown().await;
+}
