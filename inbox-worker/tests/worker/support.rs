@@ -83,6 +83,8 @@ impl Worker {
     }
 
     /// Waits for the process to end by itself.
+    // Used by tests/broker.rs, which includes this module from another test binary.
+    #[allow(dead_code)]
     pub fn wait_exit(mut self, limit: Duration) -> ExitStatus {
         let mut child = self.child.take().unwrap();
         wait_timeout(&mut child, limit)
