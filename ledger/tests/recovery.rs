@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use ledger::testing::listing;
 use ledger::*;
 
 fn fill(path: &Path, n: u64) {
@@ -35,22 +36,6 @@ fn fill(path: &Path, n: u64) {
         .unwrap();
     }
     l.shutdown();
-}
-
-/// Every file below `path` with its length, to show nothing was deleted or truncated.
-fn listing(path: &Path) -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(path).unwrap() {
-        let e = e.unwrap();
-        let m = e.metadata().unwrap();
-        if m.is_dir() {
-            out.extend(listing(&e.path()));
-        } else {
-            out.push((e.path().display().to_string(), m.len()));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Tampers with the ledger's tree directly, as a disk or an operator could.

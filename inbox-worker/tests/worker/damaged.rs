@@ -8,25 +8,10 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use ledger::testing::listing;
 use ledger::{Config, Ledger, ManualClock, Store, Timestamp};
 
 use crate::support::{Http, Worker, bin, eventually, scratch};
-
-/// Every file below `path` with its length, to show nothing was deleted or truncated.
-fn listing(path: &Path) -> Vec<(String, u64)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(path).unwrap() {
-        let e = e.unwrap();
-        let m = e.metadata().unwrap();
-        if m.is_dir() {
-            out.extend(listing(&e.path()));
-        } else {
-            out.push((e.path().display().to_string(), m.len()));
-        }
-    }
-    out.sort();
-    out
-}
 
 fn fill(db: &Path, n: usize) -> Vec<(String, u16, String)> {
     let w = Worker::start(db, &[]);

@@ -9,7 +9,7 @@ use std::sync::Barrier;
 
 use ledger::testing::PgTestDb;
 
-use crate::support::{Http, Reply, Worker, run};
+use crate::support::{Http, Reply, Worker, verify_store};
 
 /// A fresh database and two workers serving it.
 struct Pair {
@@ -44,15 +44,7 @@ impl Pair {
     }
 
     fn verify(&self) {
-        let url = &self.db.as_ref().unwrap().url;
-        let out = run(&["verify", "--store", url]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains("all guarantees hold"), "{text}");
+        verify_store(&self.db.as_ref().unwrap().url);
     }
 
     fn stop(self) {

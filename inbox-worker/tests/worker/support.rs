@@ -307,6 +307,19 @@ pub fn scratch() -> (tempfile::TempDir, PathBuf) {
 }
 
 /// Runs the binary to completion.
+/// `verify --store URL` passes; returns its report.
+pub fn verify_store(url: &str) -> String {
+    let out = run(&["verify", "--store", url]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("all guarantees hold"), "{text}");
+    text
+}
+
 pub fn run(args: &[&str]) -> std::process::Output {
     Command::new(bin()).args(args).output().unwrap()
 }
