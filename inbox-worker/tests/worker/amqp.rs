@@ -1,11 +1,13 @@
-//! The RabbitMQ inbox in-process against the real local broker and a real sled ledger:
+//! The RabbitMQ inbox in-process against the real local broker and the PostgreSQL store:
 //! duplicates absorbed, held deliveries redelivered after a consumer dies, poison messages
-//! dead-lettered with their reasons, and a connection killed from the server side.
+//! dead-lettered with their reasons, and a connection killed from the server side. After
+//! each, one effect per distinct key, and `verify` passes on PostgreSQL.
 //!
 //! Each test uses fresh, uniquely named queues and deletes them afterwards (also when it
-//! fails). The broker is `IDEM_TEST_AMQP_URL` (default the local guest account); when it
-//! cannot be reached the tests say SKIPPED on stderr and pass, unless
-//! `IDEM_REQUIRE_SERVICES=1` (CI) makes that a failure.
+//! fails), and a fresh database, dropped afterwards (also when it fails). The broker is
+//! `IDEM_TEST_AMQP_URL` (default the local guest account), the database server
+//! `IDEM_TEST_PG_URL` (see `ledger::testing`); when either cannot be reached the tests say
+//! SKIPPED on stderr and pass, unless `IDEM_REQUIRE_SERVICES=1` (CI) makes that a failure.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -21,9 +23,10 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Connection, ConnectionProperties};
+use ledger::testing::PgTestDb;
 use ledger::{
-    Account, ClientId, Command, CommitMetrics, Fact, Key, KeyInfo, KeyPage, KeyQuery, Ledger,
-    LedgerError, MessageId, Quarantined, Rules, Stats, Store, Submission, VerifyReport,
+    Account, ClientId, Command, CommitMetrics, Fact, Key, KeyInfo, KeyPage, KeyQuery, LedgerError,
+    MessageId, Quarantined, Rules, Stats, Store, Submission, VerifyReport,
 };
 use rand::SeedableRng as _;
 use rand::seq::SliceRandom as _;
@@ -136,10 +139,28 @@ fn options(url: &str, name: &str) -> (AmqpOptions, Cleanup) {
     (opts, cleanup)
 }
 
-fn open_ledger() -> (tempfile::TempDir, Ledger) {
-    let dir = tempfile::tempdir().unwrap();
-    let (ledger, _) = Ledger::open(ledger::Config::new(dir.path().join("db"))).unwrap();
-    (dir, ledger)
+/// A fresh PostgreSQL database for `test` and the store on it, or `None` (after saying so)
+/// when the server cannot be reached and services are not required. The database is
+/// dropped when the guard is, also after a failed assertion; [`close`] does it in order.
+async fn open_store(test: &str) -> Option<(PgTestDb, Arc<dyn Store>)> {
+    let db = PgTestDb::create(test, "idem_amqp").await?;
+    let rules = Rules {
+        retention: Duration::from_secs(24 * 3600),
+        lease: Duration::from_secs(10),
+        clock: Arc::new(ledger::SystemClock),
+    };
+    let (store, _) = ledger::PgStore::open(&db.url, rules, ledger::PgOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{test}: opening the store on {}: {e}", db.name));
+    Some((db, Arc::new(store)))
+}
+
+/// The end of a test: the store shut down (its connections released), then its database
+/// dropped.
+async fn close(db: PgTestDb, store: Arc<dyn Store>) {
+    store.shutdown().await;
+    drop(store);
+    db.drop_now().await;
 }
 
 fn deposit(id: &str, key: &str, account: &str, amount: u64) -> Vec<u8> {
@@ -285,9 +306,10 @@ async fn assert_verified(store: &dyn Store) {
 async fn amqp_duplicates_make_one_effect_per_key() {
     let Some(url) = broker().await else { return };
     let started = Instant::now();
+    let Some((db, store)) = open_store("amqp_duplicates_make_one_effect_per_key").await else {
+        return;
+    };
     let (opts, _cleanup) = options(&url, "dups");
-    let (_dir, ledger) = open_ledger();
-    let store: Arc<dyn Store> = Arc::new(ledger);
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let distinct = 140usize;
@@ -355,10 +377,10 @@ async fn amqp_duplicates_make_one_effect_per_key() {
     assert_verified(&*store).await;
     assert_eq!(ready(&url, &opts.queue).await, 0);
     assert_eq!(ready(&url, &opts.dead_letter_queue).await, 0);
-    store.shutdown().await;
+    close(db, store).await;
 }
 
-/// What a test makes the store do on `submit`; everything else goes to the ledger.
+/// What a test makes the store do on `submit`; everything else goes to the real store.
 #[derive(Clone)]
 enum Fault {
     /// Never answer: a consumer that hangs with its deliveries in hand.
@@ -371,7 +393,7 @@ enum Fault {
 }
 
 struct Faulty {
-    inner: Ledger,
+    inner: Arc<dyn Store>,
     fault: Fault,
 }
 
@@ -381,10 +403,10 @@ impl Store for Faulty {
         "faulty"
     }
     fn location(&self) -> String {
-        Store::location(&self.inner)
+        self.inner.location()
     }
     fn rules(&self) -> &Rules {
-        Store::rules(&self.inner)
+        self.inner.rules()
     }
     async fn submit(
         &self,
@@ -398,12 +420,12 @@ impl Store for Faulty {
             Fault::FailKey(k) if k == key.as_str() => {
                 Err(LedgerError::Unavailable("injected for the test".into()))
             }
-            Fault::FailKey(_) => Store::submit(&self.inner, client, key, command, message).await,
+            Fault::FailKey(_) => self.inner.submit(client, key, command, message).await,
             Fault::Gate(closed) => {
                 while closed.load(Ordering::SeqCst) {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                Store::submit(&self.inner, client, key, command, message).await
+                self.inner.submit(client, key, command, message).await
             }
         }
     }
@@ -413,64 +435,64 @@ impl Store for Faulty {
         reason: String,
         payload: Vec<u8>,
     ) -> Result<u64, LedgerError> {
-        Store::quarantine(&self.inner, message_id, reason, payload).await
+        self.inner.quarantine(message_id, reason, payload).await
     }
     async fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>, LedgerError> {
-        Store::quarantined(&self.inner, limit).await
+        self.inner.quarantined(limit).await
     }
     async fn sweep(&self) -> Result<usize, LedgerError> {
-        Store::sweep(&self.inner).await
+        self.inner.sweep().await
     }
     async fn verify(&self) -> Result<VerifyReport, LedgerError> {
-        Store::verify(&self.inner).await
+        self.inner.verify().await
     }
     async fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>, LedgerError> {
-        Store::key(&self.inner, client, key).await
+        self.inner.key(client, key).await
     }
     async fn keys(&self, query: KeyQuery) -> Result<KeyPage, LedgerError> {
-        Store::keys(&self.inner, query).await
+        self.inner.keys(query).await
     }
     async fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>, LedgerError> {
-        Store::facts(&self.inner, after, limit).await
+        self.inner.facts(after, limit).await
     }
     async fn fact(&self, seq: u64) -> Result<Option<Fact>, LedgerError> {
-        Store::fact(&self.inner, seq).await
+        self.inner.fact(seq).await
     }
     async fn balances(&self) -> Result<ledger::Balances, LedgerError> {
-        Store::balances(&self.inner).await
+        self.inner.balances().await
     }
     async fn account(
         &self,
         account: &Account,
     ) -> Result<Option<BTreeMap<ledger::Currency, i128>>, LedgerError> {
-        Store::account(&self.inner, account).await
+        self.inner.account(account).await
     }
     async fn stats(&self) -> Result<Stats, LedgerError> {
-        Store::stats(&self.inner).await
+        self.inner.stats().await
     }
     fn pending(&self) -> Vec<KeyInfo> {
-        Store::pending(&self.inner)
+        self.inner.pending()
     }
     fn durable_seq(&self) -> u64 {
-        Store::durable_seq(&self.inner)
+        self.inner.durable_seq()
     }
     fn commit_metrics(&self) -> CommitMetrics {
-        Store::commit_metrics(&self.inner)
+        self.inner.commit_metrics()
     }
     async fn size_on_disk(&self) -> Result<u64, LedgerError> {
-        Store::size_on_disk(&self.inner).await
+        self.inner.size_on_disk().await
     }
     fn failure(&self) -> Option<String> {
-        Store::failure(&self.inner)
+        self.inner.failure()
     }
     async fn shutdown(&self) {
-        Store::shutdown(&self.inner).await;
+        self.inner.shutdown().await;
     }
 }
 
-fn faulty(ledger: &Ledger, fault: Fault) -> Arc<dyn Store> {
+fn faulty(store: &Arc<dyn Store>, fault: Fault) -> Arc<dyn Store> {
     Arc::new(Faulty {
-        inner: ledger.clone(),
+        inner: store.clone(),
         fault,
     })
 }
@@ -481,9 +503,13 @@ fn faulty(ledger: &Ledger, fault: Fault) -> Arc<dyn Store> {
 async fn amqp_deliveries_held_by_a_dead_consumer_are_redelivered() {
     let Some(url) = broker().await else { return };
     let started = Instant::now();
+    let Some((db, store)) =
+        open_store("amqp_deliveries_held_by_a_dead_consumer_are_redelivered").await
+    else {
+        return;
+    };
     let (mut opts, _cleanup) = options(&url, "held");
     opts.prefetch = 16;
-    let (_dir, ledger) = open_ledger();
     let messages: Vec<Vec<u8>> = (0..50)
         .map(|i| deposit(&format!("m-{i}"), &format!("k-{i}"), "alice", 10))
         .collect();
@@ -495,7 +521,7 @@ async fn amqp_deliveries_held_by_a_dead_consumer_are_redelivered() {
     // The first consumer takes its prefetch and hangs in the store.
     let mut first_opts = opts.clone();
     first_opts.stats = Arc::new(AmqpStats::default());
-    let first = start(faulty(&ledger, Fault::Stall), first_opts);
+    let first = start(faulty(&store, Fault::Stall), first_opts);
     let first_stats = first.stats.clone();
     wait_for(
         "the first consumer to hold 16",
@@ -521,7 +547,7 @@ async fn amqp_deliveries_held_by_a_dead_consumer_are_redelivered() {
     )
     .await;
 
-    let second = start(Arc::new(ledger.clone()), opts.clone());
+    let second = start(store.clone(), opts.clone());
     let stats = second.stats.clone();
     wait_for("50 acks", &stats, Duration::from_secs(60), async || {
         stats.snapshot().acked >= 50
@@ -532,11 +558,11 @@ async fn amqp_deliveries_held_by_a_dead_consumer_are_redelivered() {
     assert_eq!(report.acked, 50, "{report}");
     assert_eq!(report.executed, 50, "{report}");
     assert_eq!(report.redelivered, 16, "{report}");
-    assert_eq!(facts(&ledger).await, 50);
-    assert_eq!(balance(&ledger, "alice").await, 500);
-    assert_verified(&ledger).await;
+    assert_eq!(facts(&*store).await, 50);
+    assert_eq!(balance(&*store, "alice").await, 500);
+    assert_verified(&*store).await;
     assert_eq!(ready(&url, &opts.queue).await, 0);
-    Store::shutdown(&ledger).await;
+    close(db, store).await;
 }
 
 /// Poison: an undecodable message, a message id seen before with another payload, a key
@@ -546,11 +572,17 @@ async fn amqp_deliveries_held_by_a_dead_consumer_are_redelivered() {
 async fn amqp_poison_messages_are_dead_lettered_with_their_reason() {
     let Some(url) = broker().await else { return };
     let started = Instant::now();
+    let Some((db, store)) =
+        open_store("amqp_poison_messages_are_dead_lettered_with_their_reason").await
+    else {
+        return;
+    };
     let (mut opts, _cleanup) = options(&url, "poison");
     opts.max_deliveries = 3;
-    let (_dir, ledger) = open_ledger();
-    let store = faulty(&ledger, Fault::FailKey("k-poison".into()));
-    let consumer = start(store.clone(), opts.clone());
+    let consumer = start(
+        faulty(&store, Fault::FailKey("k-poison".into())),
+        opts.clone(),
+    );
     let stats = consumer.stats.clone();
 
     // First the original, alone, so that the conflicting copies below come second.
@@ -631,7 +663,7 @@ async fn amqp_poison_messages_are_dead_lettered_with_their_reason() {
     );
     assert_verified(&*store).await;
     assert_eq!(ready(&url, &opts.queue).await, 0);
-    store.shutdown().await;
+    close(db, store).await;
 }
 
 /// A mistake only an operator can fix fails at once, with the broker's reason; a broker
@@ -639,8 +671,9 @@ async fn amqp_poison_messages_are_dead_lettered_with_their_reason() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn amqp_refused_credentials_fail_at_once() {
     let Some(url) = broker().await else { return };
-    let (_dir, ledger) = open_ledger();
-    let store: Arc<dyn Store> = Arc::new(ledger);
+    let Some((db, store)) = open_store("amqp_refused_credentials_fail_at_once").await else {
+        return;
+    };
     let Some((scheme, rest)) = url.split_once("://") else {
         panic!("not a URL: {url}")
     };
@@ -663,7 +696,7 @@ async fn amqp_refused_credentials_fail_at_once() {
         .unwrap_err();
     assert!(format!("{e:#}").contains("not valid"), "{e:#}");
     eprintln!("amqp refused: failed in {:?}: {text}", started.elapsed());
-    store.shutdown().await;
+    close(db, store).await;
 }
 
 /// `rabbitmqctl` as root, or `None` where it cannot run.
@@ -706,13 +739,16 @@ async fn amqp_consumer_reconnects_after_the_broker_kills_its_connection() {
         return;
     }
     let started = Instant::now();
+    let Some((db, store)) =
+        open_store("amqp_consumer_reconnects_after_the_broker_kills_its_connection").await
+    else {
+        return;
+    };
     let (mut opts, _cleanup) = options(&url, "killed");
     opts.prefetch = 8;
-    let (_dir, ledger) = open_ledger();
     // A store the test can stall: the consumer then holds a full prefetch, unacked, while
     // rabbitmqctl (which takes seconds to start) cuts its connection.
     let gate = Arc::new(AtomicBool::new(false));
-    let store = faulty(&ledger, Fault::Gate(gate.clone()));
 
     let distinct = 450usize;
     let mut messages: Vec<Vec<u8>> = (0..distinct)
@@ -726,7 +762,7 @@ async fn amqp_consumer_reconnects_after_the_broker_kills_its_connection() {
     messages.shuffle(&mut rng);
     let total = messages.len();
 
-    let consumer = start(store.clone(), opts.clone());
+    let consumer = start(faulty(&store, Fault::Gate(gate.clone())), opts.clone());
     let stats = consumer.stats.clone();
     wait_for(
         "the consumer to connect",
@@ -829,5 +865,5 @@ async fn amqp_consumer_reconnects_after_the_broker_kills_its_connection() {
     );
     assert_verified(&*store).await;
     assert_eq!(ready(&url, &opts.queue).await, 0);
-    store.shutdown().await;
+    close(db, store).await;
 }

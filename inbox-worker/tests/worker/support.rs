@@ -306,7 +306,6 @@ pub fn scratch() -> (tempfile::TempDir, PathBuf) {
     (dir, db)
 }
 
-/// Runs the binary to completion.
 /// `verify --store URL` passes; returns its report.
 pub fn verify_store(url: &str) -> String {
     let out = run(&["verify", "--store", url]);
@@ -320,6 +319,7 @@ pub fn verify_store(url: &str) -> String {
     text
 }
 
+/// Runs the binary to completion.
 pub fn run(args: &[&str]) -> std::process::Output {
     Command::new(bin()).args(args).output().unwrap()
 }
