@@ -375,7 +375,12 @@ fn http_point(
         Target::Postgres => Some(Database::create(&args.pg_url)?),
         _ => None,
     };
-    let worker = WorkerProcess::start(exe, dir.path(), database.as_ref().map(|d| d.url.as_str()))?;
+    let worker = WorkerProcess::start(
+        exe,
+        dir.path(),
+        database.as_ref().map(|d| d.url.as_str()),
+        concurrency,
+    )?;
     let shape = Shape {
         accounts: args.accounts,
         replay_keys: 0,
@@ -472,14 +477,23 @@ struct WorkerProcess {
 }
 
 impl WorkerProcess {
-    fn start(exe: &Path, dir: &Path, store: Option<&str>) -> Result<WorkerProcess> {
+    fn start(
+        exe: &Path,
+        dir: &Path,
+        store: Option<&str>,
+        concurrency: usize,
+    ) -> Result<WorkerProcess> {
         let log = dir.join("worker.log");
         let stderr = std::fs::File::create(&log)?;
         let mut command = Command::new(exe);
         command.arg("serve").args(["--listen", "127.0.0.1:0"]);
         match store {
             // Through the environment, so that a password in the URL stays out of `ps`.
-            Some(url) => command.env("IDEM_STORE", url),
+            // As many PostgreSQL connections as pgbench gets at this concurrency (the
+            // default pool of 16 would cap the worker below it), never fewer than 16.
+            Some(url) => command
+                .env("IDEM_STORE", url)
+                .args(["--pg-pool", &concurrency.max(16).to_string()]),
             None => command
                 .arg("--db")
                 .arg(dir.join("ledger"))
