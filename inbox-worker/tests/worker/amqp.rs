@@ -10,7 +10,6 @@
 //! SKIPPED on stderr and pass, unless `IDEM_REQUIRE_SERVICES=1` (CI) makes that a failure.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -54,25 +53,15 @@ async fn broker() -> Option<String> {
         Ok(Err(e)) => e.to_string(),
         Err(_) => "no answer within 5 s".to_owned(),
     };
-    skip_or_fail(&format!(
-        "RabbitMQ not reachable at {} ({why})",
-        amqp::redact(&url)
-    ));
+    skip_or_fail(&format!("RabbitMQ at {}", amqp::redact(&url)), &why);
     None
 }
 
-/// The service rule (the same as `ledger::testing`'s for PostgreSQL): with
+/// The service rule, shared with the PostgreSQL tests (`ledger::testing`): with
 /// `IDEM_REQUIRE_SERVICES=1` a missing service fails the test; otherwise the test says it
-/// did not run, on the process's own stderr (the harness would swallow an `eprintln!` of a
-/// passing test), and returns.
-fn skip_or_fail(why: &str) {
-    if std::env::var("IDEM_REQUIRE_SERVICES").as_deref() == Ok("1") {
-        panic!("{why}, and IDEM_REQUIRE_SERVICES=1 makes that a failure");
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED (not run): {why}; set IDEM_REQUIRE_SERVICES=1 to make this a failure"
-    );
+/// did not run and returns.
+fn skip_or_fail(what: &str, why: &str) {
+    ledger::testing::service_missing("amqp", what, why);
 }
 
 fn unique(name: &str) -> String {
@@ -735,7 +724,7 @@ fn connection_pids(name: &str) -> Option<Vec<String>> {
 async fn amqp_consumer_reconnects_after_the_broker_kills_its_connection() {
     let Some(url) = broker().await else { return };
     if rabbitmqctl(&["list_connections", "-q", "pid"]).is_none() {
-        skip_or_fail("rabbitmqctl is not usable here (it needs root and the broker's cookie)");
+        skip_or_fail("rabbitmqctl", "it needs root and the broker's cookie");
         return;
     }
     let started = Instant::now();

@@ -64,6 +64,12 @@ type Result<T, E = LedgerError> = std::result::Result<T, E>;
 /// A statement parameter.
 type P<'a> = &'a (dyn ToSql + Sync);
 
+/// Every balance as stored: user rows, and system accounts with their shards summed.
+const SQL_BALANCES: &str = "SELECT account, currency, balance::text FROM accounts \
+     UNION ALL \
+     SELECT account, currency, sum(balance)::text FROM system_balances \
+     GROUP BY account, currency";
+
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`. Never edit a released one.
 const MIGRATIONS: &[(&str, &str)] = &[("facts, keys, balances, inbox", include_str!("v1.sql"))];
 
@@ -1410,13 +1416,7 @@ impl PgStore {
     async fn all_balances(&self) -> Result<Balances> {
         let conn = self.conn().await?;
         let rows = conn
-            .query(
-                "SELECT account, currency, balance::text FROM accounts \
-                 UNION ALL \
-                 SELECT account, currency, sum(balance)::text FROM system_balances \
-                 GROUP BY account, currency",
-                &[],
-            )
+            .query(SQL_BALANCES, &[])
             .await
             .map_err(|e| pg_err(&e))?;
         let mut balances = Balances::default();
@@ -1638,16 +1638,7 @@ impl PgStore {
         }
 
         // Stored balances (user rows, system shards summed) against the fold.
-        let rows = tx
-            .query(
-                "SELECT account, currency, balance::text FROM accounts \
-                 UNION ALL \
-                 SELECT account, currency, sum(balance)::text FROM system_balances \
-                 GROUP BY account, currency",
-                &[],
-            )
-            .await
-            .map_err(pg)?;
+        let rows = tx.query(SQL_BALANCES, &[]).await.map_err(pg)?;
         let mut stored = Balances::default();
         for row in &rows {
             let name: String = get(row, 0)?;
