@@ -339,6 +339,10 @@ fn check(http: &Http, raw: &mut RawClient, row: &Row) {
         "{name}: {text}"
     );
     assert!(v["title"].is_string(), "{name}: {text}");
+    if row.status == 413 {
+        // The body was not read: the connection must not be reused for another request.
+        assert_eq!(r.header("connection"), Some("close"), "{name}: {text}");
+    }
     if let Some(m) = row.marker {
         assert!(
             !text.contains(m),
