@@ -279,6 +279,16 @@ pub(crate) struct KeyRecord {
     pub expired: bool,
 }
 
+/// What a done key holds, as a repeat arriving outside the committer finds it.
+enum Held {
+    /// Its durable answer, from the shard's cache.
+    Cached(Outcome),
+    /// Durable in the log: the answer is its fact's, at this seq.
+    Logged(u64),
+    /// Applied but not flushed yet: nothing may be answered from it.
+    Unflushed,
+}
+
 impl KeyRecord {
     fn encode(&self) -> Vec<u8> {
         let mut out = vec![RECORD_VERSION];
@@ -679,104 +689,72 @@ impl Ledger {
         let now = shared.config.clock.now();
         let ck = (client.clone(), key.clone());
         let mut shard = shared.shard(&ck).lock();
-        if let Some(claim) = shard.claims.get(&ck) {
-            let lease_ms = duration_ms(shared.config.lease);
-            let ends = claim.claimed_at.saturating_add_ms(lease_ms);
-            if now < ends {
-                let reused = claim.fingerprint != fingerprint;
-                if reused {
-                    // The claim may be another command's attempt on a key that is already
-                    // done with this one (an inbox message reusing the key, or a takeover):
-                    // what the key durably holds decides, not the claim, or a true retry
-                    // would be refused while the intruder's attempt is in flight.
-                    match shared.durable_record(&mut shard, &ck) {
-                        Err(e) => {
-                            drop(shard);
-                            return reply(Err(e));
-                        }
-                        Ok(Some((stored, Some(outcome))))
-                            if stored == fingerprint && message.is_none() =>
-                        {
-                            shard.note(&ck, true);
-                            drop(shard);
-                            shared.replayed.fetch_add(1, Ordering::Relaxed);
-                            return reply(outcome.map(Submission::Replayed));
-                        }
-                        // Done with this command but not flushed yet (a takeover while the
-                        // first attempt's batch is in flight), or a message: its id must go
-                        // through the committer, to be checked against the inbox and
-                        // recorded, so it is told to come again rather than answered here.
-                        Ok(Some((stored, _))) if stored == fingerprint => {
-                            shard.note(&ck, false);
-                            drop(shard);
-                            shared.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
-                            return reply(Ok(Submission::InProgress {
-                                retry_after: Duration::from_secs(1),
-                            }));
-                        }
-                        Ok(_) => {}
-                    }
-                }
-                shard.note(&ck, false);
-                drop(shard);
-                if reused {
-                    shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
-                    return reply(Ok(Submission::Reused));
-                }
-                shared.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
+        let live = shard.claims.get(&ck).map(|claim| {
+            let ends = claim
+                .claimed_at
+                .saturating_add_ms(duration_ms(shared.config.lease));
+            (claim.fingerprint, ends)
+        });
+        // What the key durably holds answers a repeat of its own command (a replay) and
+        // refuses another (reused). A message is only ever refused here: its id must reach
+        // the committer, to be checked against the inbox and recorded with its answer.
+        let answer = match live {
+            // A live claim of this very command: it is in flight.
+            Some((claimed, ends)) if now < ends && claimed == fingerprint => {
                 let left = u64::try_from(ends.millis() - now.millis()).unwrap_or(0);
                 // Retry-After is in whole seconds; the commit usually takes milliseconds.
-                let retry_after =
-                    Duration::from_millis(left.clamp(1, 1000)).max(Duration::from_secs(1));
-                return reply(Ok(Submission::InProgress { retry_after }));
+                Some(Ok(Submission::InProgress {
+                    retry_after: Duration::from_millis(left.clamp(1, 1000))
+                        .max(Duration::from_secs(1)),
+                }))
             }
+            // A live claim of another command. It may be an intruder on a key already
+            // done with this one (an inbox message reusing the key, or a takeover): the
+            // key decides, not the claim, or a true retry would be refused meanwhile.
+            Some((_, ends)) if now < ends => Some(match shared.held(&shard, &ck) {
+                Err(e) => Err(e),
+                Ok(Some((stored, held))) if stored == fingerprint => match held {
+                    Held::Cached(_) | Held::Logged(_) if message.is_none() => {
+                        shared.replay(&mut shard, &ck, stored, held)
+                    }
+                    // Done with this command but not flushed yet (a takeover while the
+                    // first attempt's batch is in flight), or a message: come again.
+                    _ => Ok(Submission::InProgress {
+                        retry_after: Duration::from_secs(1),
+                    }),
+                },
+                Ok(_) => Ok(Submission::Reused),
+            }),
             // The lease ran out: take the claim over. The committer decides whether the
             // key is done by now, so this arrival cannot cause a second effect.
-        } else if message.is_none() {
-            // No claim: the key is either new or durably done (claims are released only
-            // after the flush), so a stored answer may be given from here.
-            if let Some((stored, outcome)) = shard.answers.get(&ck) {
-                let seen = core::classify(Some(*stored), fingerprint);
-                let outcome = outcome.clone();
-                shard.note(&ck, seen != Seen::Reused);
-                drop(shard);
-                if seen == Seen::Reused {
-                    shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
-                    return reply(Ok(Submission::Reused));
+            Some(_) => None,
+            // No claim: the key is new or durably done (claims are released only after
+            // the flush), so a stored answer may be given from here.
+            None if message.is_none() => match shared.held(&shard, &ck) {
+                Err(e) => Some(Err(e)),
+                Ok(None) => None,
+                Ok(Some((stored, _)))
+                    if core::classify(Some(stored), fingerprint) == Seen::Reused =>
+                {
+                    Some(Ok(Submission::Reused))
                 }
-                shared.replayed.fetch_add(1, Ordering::Relaxed);
-                return reply(Ok(Submission::Replayed(outcome)));
+                Ok(Some((stored, held))) => Some(shared.replay(&mut shard, &ck, stored, held)),
+            },
+            None => None,
+        };
+        if let Some(answer) = answer {
+            let counter = match &answer {
+                Ok(Submission::Replayed(_)) => Some(&shared.replayed),
+                Ok(Submission::Reused) => Some(&shared.conflicts_reused),
+                Ok(Submission::InProgress { .. }) => Some(&shared.conflicts_in_flight),
+                _ => None,
+            };
+            if let Some(counter) = counter {
+                shard.note(&ck, matches!(answer, Ok(Submission::Replayed(_))));
+                counter.fetch_add(1, Ordering::Relaxed);
             }
-            match shared.tree.get(scoped_key(P_KEY, client, key.as_str())) {
-                Err(e) => return reply(Err(io_err(e))),
-                Ok(None) => {}
-                Ok(Some(bytes)) => {
-                    let seen = KeyRecord::decode(&bytes)
-                        .map(|rec| (core::classify(Some(rec.fingerprint), fingerprint), rec));
-                    match seen {
-                        Err(e) => {
-                            drop(shard);
-                            return reply(Err(shared.corrupt(e)));
-                        }
-                        Ok((Seen::Reused, _)) => {
-                            shard.note(&ck, false);
-                            drop(shard);
-                            shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
-                            return reply(Ok(Submission::Reused));
-                        }
-                        Ok((_, rec)) => {
-                            shard.note(&ck, true);
-                            let outcome = shared.stored_outcome(&rec);
-                            if let Ok(o) = &outcome {
-                                shard.remember(&ck, rec.fingerprint, o);
-                            }
-                            drop(shard);
-                            shared.replayed.fetch_add(1, Ordering::Relaxed);
-                            return reply(outcome.map(Submission::Replayed));
-                        }
-                    }
-                }
-            }
+            drop(shard);
+            return reply(answer);
         }
         let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
         shard.claims.insert(
@@ -1161,17 +1139,11 @@ impl Shared {
         }
     }
 
-    /// What the key holds: its fingerprint and, once durable, its outcome (from the answer
-    /// cache, which holds only durable answers, or the key record); `None` for a key never
-    /// done.
-    #[allow(clippy::type_complexity)]
-    fn durable_record(
-        &self,
-        shard: &mut Shard,
-        ck: &(ClientId, Key),
-    ) -> Result<Option<(Fingerprint, Option<Result<Outcome>>)>> {
+    /// What a done key holds, with its fingerprint; `None` for a key never done. The
+    /// answer is rendered only when it is replayed.
+    fn held(&self, shard: &Shard, ck: &(ClientId, Key)) -> Result<Option<(Fingerprint, Held)>> {
         if let Some((stored, outcome)) = shard.answers.get(ck) {
-            return Ok(Some((*stored, Some(Ok(outcome.clone())))));
+            return Ok(Some((*stored, Held::Cached(outcome.clone()))));
         }
         let Some(bytes) = self
             .tree
@@ -1181,22 +1153,45 @@ impl Shared {
             return Ok(None);
         };
         let rec = KeyRecord::decode(&bytes).map_err(|e| self.corrupt(e))?;
-        if rec.seq > self.durable_seq.load(Ordering::Acquire) {
-            return Ok(Some((rec.fingerprint, None)));
-        }
-        let outcome = self.stored_outcome(&rec);
-        if let Ok(o) = &outcome {
-            shard.remember(ck, rec.fingerprint, o);
-        }
-        Ok(Some((rec.fingerprint, Some(outcome))))
+        let held = if rec.seq > self.durable_seq.load(Ordering::Acquire) {
+            Held::Unflushed
+        } else {
+            Held::Logged(rec.seq)
+        };
+        Ok(Some((rec.fingerprint, held)))
+    }
+
+    /// The replay of a done key, remembered in the shard's answer cache.
+    fn replay(
+        &self,
+        shard: &mut Shard,
+        ck: &(ClientId, Key),
+        fingerprint: Fingerprint,
+        held: Held,
+    ) -> Result<Submission> {
+        let outcome = match held {
+            Held::Cached(outcome) => outcome,
+            Held::Logged(seq) => {
+                let outcome = self.stored_outcome(seq)?;
+                shard.remember(ck, fingerprint, &outcome);
+                outcome
+            }
+            // Not reachable without a claim (claims outlive the flush); not an answer yet.
+            Held::Unflushed => {
+                return Ok(Submission::InProgress {
+                    retry_after: Duration::from_secs(1),
+                });
+            }
+        };
+        Ok(Submission::Replayed(outcome))
     }
 
     /// The key's answer, rendered from its fact.
-    fn stored_outcome(&self, rec: &KeyRecord) -> Result<Outcome> {
-        let fact = self.fact(rec.seq)?.ok_or_else(|| {
+    fn stored_outcome(&self, seq: u64) -> Result<Outcome> {
+        let fact = self.fact(seq)?.ok_or_else(|| {
             self.corrupt(DecodeError::new(
                 "key record",
-                format!("its fact {} is missing", rec.seq),
+                format!("its fact {seq} is missing"),
             ))
         })?;
         Ok(Outcome::from_fact(&fact))
@@ -1221,7 +1216,7 @@ impl Shared {
 
     fn key_info(&self, client: &ClientId, key: &Key, bytes: &[u8]) -> Result<KeyInfo> {
         let rec = KeyRecord::decode(bytes).map_err(|e| self.corrupt(e))?;
-        let outcome = self.stored_outcome(&rec)?;
+        let outcome = self.stored_outcome(rec.seq)?;
         let command = match &outcome {
             Outcome::Applied(r) => r.command.clone(),
             Outcome::Rejected(r) => r.command.clone(),
@@ -1555,7 +1550,7 @@ impl Committer {
                 None => None,
                 Some(bytes) => {
                     let rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
-                    Some((rec.fingerprint, self.shared.stored_outcome(&rec)?))
+                    Some((rec.fingerprint, self.shared.stored_outcome(rec.seq)?))
                 }
             },
         };
