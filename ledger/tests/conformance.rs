@@ -944,6 +944,102 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// The tables are changed behind the ledger's back (a withdrawal's refundable amount
+    /// lowered by hand): the refund the log allows cannot be written as decided, so
+    /// idem_apply refuses it, the COMMIT sent behind it rolls back, and nothing of the
+    /// command is recorded, not even its key.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_that_disagrees_with_the_decision_records_nothing() {
+        let Some(env) =
+            env("postgres_only::a_write_that_disagrees_with_the_decision_records_nothing").await
+        else {
+            return;
+        };
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let store = env.open().await;
+        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+        executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        executed(submit(&store, "r-1", refund("w-1", 30)).await);
+        let (admin, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        admin
+            .batch_execute("UPDATE idem.refunded SET withdrawn = 40")
+            .await
+            .unwrap();
+        let facts = fact_count(&store).await;
+        let answer = store
+            .submit(&client(), &key("r-2"), refund("w-1", 30), None)
+            .await;
+        match answer {
+            Err(LedgerError::Unavailable(why)) => {
+                assert!(why.contains("disagree"), "{why}");
+                assert!(why.contains("refunded total"), "{why}");
+            }
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        assert_eq!(fact_count(&store).await, facts);
+        assert!(store.key(&client(), &key("r-2")).await.unwrap().is_none());
+        assert_eq!(balance(&store, "alice", rub()).await, Some(430));
+        let total: i64 = admin
+            .query_one("SELECT total FROM idem.refunded", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(total, 30);
+        close(store).await;
+        env.finish().await;
+    }
+
+    /// An attempt that ends while its transaction is open (here: the account's row is
+    /// locked by a session that outlives the lease) rolls back before its connection is
+    /// used again: with a pool of one connection, the next command runs on that same
+    /// connection and finds the key unclaimed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_attempt_cut_short_leaves_its_connection_clean() {
+        let Some(env) =
+            env("postgres_only::an_attempt_cut_short_leaves_its_connection_clean").await
+        else {
+            return;
+        };
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let rules = Rules {
+            lease: Duration::from_millis(500),
+            ..env.rules()
+        };
+        let (store, _) = PgStore::open(&db.url, rules, PgOptions::default().pool_size(1))
+            .await
+            .unwrap();
+        let store: Arc<dyn Store> = Arc::new(store);
+        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+        let (locker, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        locker
+            .batch_execute("BEGIN; SELECT * FROM idem.accounts WHERE account = 'alice' FOR UPDATE")
+            .await
+            .unwrap();
+        let answer = store
+            .submit(&client(), &key("w-1"), withdraw("alice", 100, rub()), None)
+            .await;
+        assert!(
+            matches!(answer, Err(LedgerError::Unavailable(_))),
+            "{answer:?}"
+        );
+        locker.batch_execute("ROLLBACK").await.unwrap();
+        let o = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        assert_eq!(applied(&o).balance, 400);
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
     #[tokio::test]
     async fn an_unreachable_server_is_unavailable_not_a_hang() {
         let rules = Rules {

@@ -33,7 +33,6 @@
 //!   is told `InProgress` (the uncommitted fingerprint is invisible); its retry is `Reused`.
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -71,7 +70,10 @@ const SQL_BALANCES: &str = "SELECT account, currency, balance::text FROM account
      GROUP BY account, currency";
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`. Never edit a released one.
-const MIGRATIONS: &[(&str, &str)] = &[("facts, keys, balances, inbox", include_str!("v1.sql"))];
+const MIGRATIONS: &[(&str, &str)] = &[
+    ("facts, keys, balances, inbox", include_str!("v1.sql")),
+    ("the command as two functions", include_str!("v2.sql")),
+];
 
 /// Rows of `system_balances` and `counters` per name. Enough that the connections of a
 /// few workers rarely meet on one row; a read sums at most this many rows per name.
@@ -224,15 +226,6 @@ impl From<PoolError> for Abort {
     }
 }
 
-/// The claim statements' errors: a lock timeout there means a twin holds the claim.
-fn claim_err(e: tokio_postgres::Error) -> Abort {
-    if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
-        Abort::InFlight
-    } else {
-        e.into()
-    }
-}
-
 /// A readable account of a PostgreSQL error: the driver's own Display says only "db
 /// error" for errors the server reported.
 fn describe(e: &tokio_postgres::Error) -> String {
@@ -292,100 +285,130 @@ fn ms(d: Duration) -> u128 {
     d.as_millis().max(1)
 }
 
+fn ms_i32(d: Duration) -> i32 {
+    i32::try_from(ms(d)).unwrap_or(i32::MAX)
+}
+
 fn ms_i64(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Runs `f` if present. Inside `tokio::join!` the futures are first polled in order, and
-/// tokio-postgres sends a request on its first poll, so statements joined this way are
-/// pipelined in the order written.
-async fn opt<F: Future>(f: Option<F>) -> Option<F::Output> {
-    match f {
-        Some(f) => Some(f.await),
-        None => None,
-    }
-}
-
 // Statements of the command path, prepared once per connection (deadpool's cache) so
-// they can be pipelined.
-const SQL_KEY_CLAIM: &str = "INSERT INTO idempotency_keys (client, key, request_hash, status, created_at) \
-     VALUES ($1, $2, $3, 'pending', $4) ON CONFLICT (client, key) DO NOTHING RETURNING true";
-const SQL_KEY_READ: &str = "SELECT k.request_hash, k.status, k.seq, f.body FROM idempotency_keys k \
-     LEFT JOIN facts f ON f.seq = k.seq WHERE k.client = $1 AND k.key = $2";
-const SQL_INBOX_CLAIM: &str = "INSERT INTO inbox (message_id, fingerprint, client, key, at) \
-     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (message_id) DO NOTHING RETURNING true";
-const SQL_INBOX_READ: &str = "SELECT fingerprint FROM inbox WHERE message_id = $1";
+// they can be pipelined. The first three are the functions of `v2.sql`.
+const SQL_CLAIM: &str = "SELECT state, message_claimed, hash, seq, body, withdrawal_seq, \
+     withdrawal, currency, balance FROM idem_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const SQL_LOCK: &str = "SELECT currency, balance, refunded, seq FROM idem_lock($1, $2, $3, $4)";
+const SQL_APPLY: &str = "SELECT idem_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+     $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)";
 const SQL_INBOX_SEQ: &str = "UPDATE inbox SET seq = $2 WHERE message_id = $1";
-const SQL_ACCOUNT_LOCK: &str =
-    "SELECT currency, balance::text FROM accounts WHERE account = $1 FOR UPDATE";
-const SQL_REFUNDED_LOCK: &str =
-    "SELECT withdrawn, total FROM refunded WHERE client = $1 AND withdrawal = $2 FOR UPDATE";
-const SQL_NEXTVAL: &str = "SELECT nextval('fact_seq')";
-const SQL_ACCOUNT_CREATE: &str = "INSERT INTO accounts (account, currency, balance) \
-     VALUES ($1, $2, $3::bigint) RETURNING balance::text";
-const SQL_ACCOUNT_ADD: &str = "UPDATE accounts SET balance = balance + $3::bigint \
-     WHERE account = $1 AND currency = $2 RETURNING balance::text";
-const SQL_ACCOUNT_TAKE: &str = "UPDATE accounts SET balance = balance - $3::bigint \
-     WHERE account = $1 AND currency = $2 AND balance >= $3::bigint RETURNING balance::text";
-const SQL_SYSTEM_ADD: &str = "INSERT INTO system_balances (account, currency, shard, balance) \
-     VALUES ($1, $2, $3, $4::bigint) ON CONFLICT (account, currency, shard) \
-     DO UPDATE SET balance = system_balances.balance + EXCLUDED.balance";
-const SQL_REFUNDED_CREATE: &str = "INSERT INTO refunded (client, withdrawal, withdrawn, total) \
-     VALUES ($1, $2, $3, $4) RETURNING total";
-const SQL_REFUNDED_ADD: &str = "UPDATE refunded SET total = total + $3 \
-     WHERE client = $1 AND withdrawal = $2 AND total + $3 <= withdrawn RETURNING total";
-const SQL_FACT_INSERT: &str = "INSERT INTO facts (seq, at, client, key, kind, rejection, body, doc) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-const SQL_KEY_DONE: &str = "UPDATE idempotency_keys SET status = 'done', seq = $3, response = $4 \
-     WHERE client = $1 AND key = $2 AND status = 'pending'";
 const SQL_COUNT: &str = "INSERT INTO counters (name, shard, n) VALUES ($1, $2, $3) \
      ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n";
 const SQL_QUARANTINE: &str = "INSERT INTO quarantine (at, message_id, reason, payload) \
      VALUES ($1, $2, $3, $4) RETURNING id";
+/// The SQLSTATE `idem_apply` raises when a write disagrees with the decision.
+const DISAGREE: &str = "IDM01";
 
-struct Statements {
-    key_claim: tokio_postgres::Statement,
-    key_read: tokio_postgres::Statement,
-    inbox_claim: tokio_postgres::Statement,
-    inbox_read: tokio_postgres::Statement,
-    inbox_seq: tokio_postgres::Statement,
-    account_lock: tokio_postgres::Statement,
-    refunded_lock: tokio_postgres::Statement,
-    nextval: tokio_postgres::Statement,
-    account_create: tokio_postgres::Statement,
-    account_add: tokio_postgres::Statement,
-    account_take: tokio_postgres::Statement,
-    system_add: tokio_postgres::Statement,
-    refunded_create: tokio_postgres::Statement,
-    refunded_add: tokio_postgres::Statement,
-    fact_insert: tokio_postgres::Statement,
-    key_done: tokio_postgres::Statement,
-    count: tokio_postgres::Statement,
+/// The arguments of `idem_apply`, in its order.
+struct Apply<'a> {
+    seq: i64,
+    at: DateTime<Utc>,
+    client: &'a str,
+    key: &'a str,
+    kind: &'static str,
+    rejection: Option<&'static str>,
+    body: Vec<u8>,
+    doc: serde_json::Value,
+    response: serde_json::Value,
+    counter: String,
+    shard: i16,
+    account: Option<&'a str>,
+    currency: Option<&'a str>,
+    delta: Option<i64>,
+    account_exists: bool,
+    balance_after: Option<String>,
+    system: Option<&'a str>,
+    system_delta: Option<i64>,
+    withdrawal: Option<&'a str>,
+    refund: Option<i64>,
+    withdrawn: Option<i64>,
+    refunded_exists: bool,
+    refunded_after: Option<i64>,
+    message: Option<&'a str>,
 }
 
-impl Statements {
-    async fn prepare(
-        tx: &deadpool_postgres::Transaction<'_>,
-    ) -> Result<Self, tokio_postgres::Error> {
-        Ok(Self {
-            key_claim: tx.prepare_cached(SQL_KEY_CLAIM).await?,
-            key_read: tx.prepare_cached(SQL_KEY_READ).await?,
-            inbox_claim: tx.prepare_cached(SQL_INBOX_CLAIM).await?,
-            inbox_read: tx.prepare_cached(SQL_INBOX_READ).await?,
-            inbox_seq: tx.prepare_cached(SQL_INBOX_SEQ).await?,
-            account_lock: tx.prepare_cached(SQL_ACCOUNT_LOCK).await?,
-            refunded_lock: tx.prepare_cached(SQL_REFUNDED_LOCK).await?,
-            nextval: tx.prepare_cached(SQL_NEXTVAL).await?,
-            account_create: tx.prepare_cached(SQL_ACCOUNT_CREATE).await?,
-            account_add: tx.prepare_cached(SQL_ACCOUNT_ADD).await?,
-            account_take: tx.prepare_cached(SQL_ACCOUNT_TAKE).await?,
-            system_add: tx.prepare_cached(SQL_SYSTEM_ADD).await?,
-            refunded_create: tx.prepare_cached(SQL_REFUNDED_CREATE).await?,
-            refunded_add: tx.prepare_cached(SQL_REFUNDED_ADD).await?,
-            fact_insert: tx.prepare_cached(SQL_FACT_INSERT).await?,
-            key_done: tx.prepare_cached(SQL_KEY_DONE).await?,
-            count: tx.prepare_cached(SQL_COUNT).await?,
-        })
+impl Apply<'_> {
+    fn params(&self) -> [P<'_>; 24] {
+        [
+            &self.seq,
+            &self.at,
+            &self.client,
+            &self.key,
+            &self.kind,
+            &self.rejection,
+            &self.body,
+            &self.doc,
+            &self.response,
+            &self.counter,
+            &self.shard,
+            &self.account,
+            &self.currency,
+            &self.delta,
+            &self.account_exists,
+            &self.balance_after,
+            &self.system,
+            &self.system_delta,
+            &self.withdrawal,
+            &self.refund,
+            &self.withdrawn,
+            &self.refunded_exists,
+            &self.refunded_after,
+            &self.message,
+        ]
+    }
+}
+
+/// A pooled connection with a transaction begun by hand, so that BEGIN rides in the
+/// first round trip and COMMIT in the last (a driver transaction spends a round trip on
+/// BEGIN alone). Dropped while the transaction is open (an error path, or the attempt's
+/// deadline), it rolls back before the connection goes back to the pool, or closes the
+/// connection, which rolls back too.
+struct OpenTx {
+    conn: Option<deadpool_postgres::Object>,
+    open: AtomicBool,
+}
+
+impl OpenTx {
+    fn conn(&self) -> Result<&deadpool_postgres::Object, Abort> {
+        self.conn
+            .as_ref()
+            .ok_or_else(|| Abort::Fail(LedgerError::Unavailable("connection lost".into())))
+    }
+
+    async fn rollback(&self) -> Result<(), Abort> {
+        self.conn()?.batch_execute("ROLLBACK").await?;
+        self.open.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Drop for OpenTx {
+    fn drop(&mut self) {
+        if !self.open.load(Ordering::Relaxed) {
+            return;
+        }
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if conn.batch_execute("ROLLBACK").await.is_err() {
+                        drop(deadpool_postgres::Object::take(conn));
+                    }
+                });
+            }
+            Err(_) => drop(deadpool_postgres::Object::take(conn)),
+        }
     }
 }
 
@@ -832,7 +855,9 @@ impl PgStore {
         answer
     }
 
-    /// One attempt: the whole command in one transaction (see the module docs).
+    /// One attempt: the whole command in one transaction, in two round trips (see
+    /// `v2.sql`): BEGIN + `idem_claim`, then `idem_apply` + COMMIT. A refund takes one
+    /// more, `idem_lock`, since the account it locks is read from the withdrawal's fact.
     async fn execute(
         &self,
         client: &ClientId,
@@ -842,9 +867,12 @@ impl PgStore {
         message: Option<&MessageId>,
     ) -> Result<Submission, Abort> {
         let inner = &*self.inner;
-        let mut conn = inner.pool.get().await?;
-        let tx = conn.transaction().await?;
-        let s = Statements::prepare(&tx).await?;
+        let tx = OpenTx {
+            conn: Some(inner.pool.get().await?),
+            open: AtomicBool::new(false),
+        };
+        let conn = tx.conn()?;
+        let claim = conn.prepare_cached(SQL_CLAIM).await?;
         let at = self.record_time();
         let at_db = db_time(at)?;
         let (c, k) = (client.as_str(), key.as_str());
@@ -852,62 +880,47 @@ impl PgStore {
         let message_fp = message.map(|_| message_fingerprint(client, key, command));
         let message_fp_bytes = message_fp.map(|f| f.0.to_vec());
         let message_id = message.map(MessageId::as_str);
-        let withdrawal_key = match command {
-            Command::Refund { withdrawal, .. } => Some(withdrawal.as_str()),
-            _ => None,
+        let (withdrawal_key, claim_account) = match command {
+            Command::Refund { withdrawal, .. } => (Some(withdrawal.as_str()), None),
+            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
+                (None, Some(account.as_str()))
+            }
         };
+        let wait_ms = ms_i32(inner.options.in_flight_wait);
+        let lease_ms = ms_i32(inner.rules.lease);
 
-        // Round trip 1: claim the message id and the key (waiting at most the in-flight
-        // wait for a twin's claim), and read what they hold. Reading right after the
-        // claim costs nothing when the claim succeeds and saves a round trip when not.
-        let set_wait = format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            ms(inner.options.in_flight_wait)
+        // Round trip 1: BEGIN, then claim the message id and the key (waiting at most the
+        // in-flight wait for a twin's claim), read what they hold if they were taken, and
+        // for a deposit or a withdrawal lock the account and take the fact's number.
+        let claim_p: [P; 10] = [
+            &c,
+            &k,
+            &fp,
+            &at_db,
+            &wait_ms,
+            &message_id,
+            &message_fp_bytes,
+            &withdrawal_key,
+            &claim_account,
+            &lease_ms,
+        ];
+        tx.open.store(true, Ordering::Relaxed);
+        let (begun, row) = tokio::join!(
+            conn.batch_execute("BEGIN"),
+            conn.query_one(&claim, &claim_p)
         );
-        let inbox_claim_p: Option<[P; 5]> = match (&message_id, &message_fp_bytes) {
-            (Some(m), Some(f)) => Some([m, f, &c, &k, &at_db]),
-            _ => None,
-        };
-        let inbox_read_p: Option<[P; 1]> = message_id.as_ref().map(|m| [m as P]);
-        let key_claim_p: [P; 4] = [&c, &k, &fp, &at_db];
-        let key_read_p: [P; 2] = [&c, &k];
-        let withdrawal_read_p: Option<[P; 2]> = withdrawal_key.as_ref().map(|w| [&c as P, w]);
-        let (set, inbox_claim, inbox_read, key_claim, key_read, withdrawal_read) = tokio::join!(
-            tx.batch_execute(&set_wait),
-            opt(inbox_claim_p
-                .as_ref()
-                .map(|p| tx.query_opt(&s.inbox_claim, p))),
-            opt(inbox_read_p
-                .as_ref()
-                .map(|p| tx.query_opt(&s.inbox_read, p))),
-            tx.query_opt(&s.key_claim, &key_claim_p),
-            tx.query_opt(&s.key_read, &key_read_p),
-            opt(withdrawal_read_p
-                .as_ref()
-                .map(|p| tx.query_opt(&s.key_read, p))),
-        );
-        // Results in the order sent: the first error is the cause, the later ones only
-        // say that the transaction was aborted.
-        set.map_err(claim_err)?;
-        let inbox_claimed = match inbox_claim {
-            Some(r) => r.map_err(claim_err)?.is_some(),
-            None => false,
-        };
-        let inbox_row = inbox_read.transpose().map_err(claim_err)?.flatten();
-        let key_claimed = key_claim.map_err(claim_err)?.is_some();
-        let key_row = key_read.map_err(claim_err)?;
-        let withdrawal_row = withdrawal_read.transpose().map_err(claim_err)?.flatten();
-
-        if let (Some(m), Some(mfp)) = (message, message_fp)
-            && !inbox_claimed
-        {
-            let Some(row) = inbox_row else {
-                return Err(Abort::Retry("the message id's row vanished".into()));
-            };
-            let seen: &[u8] = get(&row, 0)?;
-            if seen != mfp.0 {
+        begun?;
+        let row = row?;
+        let state: &str = get(&row, 0)?;
+        let message_claimed: bool = get(&row, 1)?;
+        let ck = (client.clone(), key.clone());
+        match state {
+            "claimed" => {}
+            "in_flight" => return Err(Abort::InFlight),
+            "vanished" => return Err(Abort::Retry("a claimed row vanished".into())),
+            "message_reused" => {
                 // Rolled back first: this attempt may hold a new key's claim.
-                let _ = tx.rollback().await;
+                tx.rollback().await?;
                 let reason = "message_id_reused: this message id was delivered before with \
                               another payload";
                 let payload = format!(
@@ -915,103 +928,96 @@ impl PgStore {
                     key.as_str(),
                     command.name()
                 );
+                let conn = tx.conn()?;
                 let stmt = conn.prepare_cached(SQL_QUARANTINE).await?;
-                conn.query_one(
-                    &stmt,
-                    &[&at_db, &Some(m.as_str()), &reason, &payload.as_str()],
-                )
-                .await?;
+                conn.query_one(&stmt, &[&at_db, &message_id, &reason, &payload.as_str()])
+                    .await?;
                 return Ok(Submission::Quarantined {
                     reason: reason.into(),
                 });
             }
+            "seen" => {
+                let (stored, existing) = self.key_fact(&row)?;
+                if core::classify(Some(stored), fingerprint) == Seen::Reused {
+                    tx.rollback().await?;
+                    inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                    self.note(&ck, false);
+                    return Ok(Submission::Reused);
+                }
+                let fact = existing.ok_or_else(|| {
+                    self.corrupt(format!("key {k:?} of {c:?} is committed without its fact"))
+                })?;
+                if message_claimed && let Some(m) = message_id {
+                    // A new message for a done key: remember the message with the key's
+                    // fact, as sled does, so its redelivery is known by id too.
+                    let seq = db_int(fact.seq)?;
+                    let stmt = conn.prepare_cached(SQL_INBOX_SEQ).await?;
+                    let set_p: [P; 2] = [&m, &seq];
+                    let (set, commit) =
+                        tokio::join!(conn.execute(&stmt, &set_p), conn.batch_execute("COMMIT"));
+                    tx.open.store(false, Ordering::Relaxed);
+                    one_row(set?, "the inbox record")?;
+                    commit?;
+                } else {
+                    tx.rollback().await?;
+                }
+                inner.replayed.fetch_add(1, Ordering::Relaxed);
+                self.note(&ck, true);
+                inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
+                inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
+                return Ok(Submission::Replayed(Outcome::from_fact(&fact)));
+            }
+            other => {
+                return Err(Abort::Fail(LedgerError::Unavailable(format!(
+                    "idem_claim answered {other:?}"
+                ))));
+            }
         }
 
-        let ck = (client.clone(), key.clone());
-        if !key_claimed {
-            let Some(row) = key_row else {
-                return Err(Abort::Retry("the key's row vanished".into()));
-            };
-            let (stored, existing) = self.key_fact(&row)?;
-            if core::classify(Some(stored), fingerprint) == Seen::Reused {
-                let _ = tx.rollback().await;
-                inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
-                self.note(&ck, false);
-                return Ok(Submission::Reused);
-            }
-            let fact = existing.ok_or_else(|| {
-                self.corrupt(format!("key {k:?} of {c:?} is committed without its fact"))
-            })?;
-            if inbox_claimed && let Some(m) = message_id {
-                // A new message for a done key: remember the message with the key's fact,
-                // as sled does, so its redelivery is known by id too.
-                let seq = db_int(fact.seq)?;
-                tx.execute(&s.inbox_seq, &[&m, &seq]).await?;
-                tx.commit().await?;
-            } else {
-                let _ = tx.rollback().await;
-            }
-            inner.replayed.fetch_add(1, Ordering::Relaxed);
-            self.note(&ck, true);
-            inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
-            inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
-            return Ok(Submission::Replayed(Outcome::from_fact(&fact)));
-        }
-
-        // Round trip 2: lock what the decision reads, then take the fact's number. The
-        // number is taken after the locks so that, per account and per withdrawal, the
-        // order of numbers is the order of the changes (what `verify` folds).
-        let withdrawal = match withdrawal_row {
-            Some(row) => match self.key_fact(&row)?.1.map(|f| f.body) {
-                Some(FactBody::WithdrawalRecorded {
+        // A refund: the withdrawal's fact names the account; lock it and the withdrawal's
+        // refunded total, then take the number (round trip 1b).
+        let withdrawal_seq: Option<i64> = get(&row, 5)?;
+        let withdrawal_body: Option<&[u8]> = get(&row, 6)?;
+        let withdrawal = match (withdrawal_seq, withdrawal_body) {
+            (Some(seq), Some(body)) => match self.decode(seq, body)?.body {
+                FactBody::WithdrawalRecorded {
                     account,
                     amount,
                     currency,
                     ..
-                }) => Some((account, amount, currency)),
+                } => Some((account, amount, currency)),
                 _ => None,
             },
-            None => None,
-        };
-        let account = match command {
-            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
-                Some(account.as_str())
-            }
-            Command::Refund { .. } => withdrawal.as_ref().map(|w| w.0.as_str()),
-        };
-        let set_lease = format!("SET LOCAL lock_timeout = '{}ms'", ms(inner.rules.lease));
-        let refunded_lock_p: Option<[P; 2]> = match (&withdrawal_key, &withdrawal) {
-            (Some(w), Some(_)) => Some([&c, w]),
             _ => None,
         };
-        let account_lock_p: Option<[P; 1]> = account.as_ref().map(|a| [a as P]);
-        let (set, refunded_row, account_row, seq_row) = tokio::join!(
-            tx.batch_execute(&set_lease),
-            opt(refunded_lock_p
-                .as_ref()
-                .map(|p| tx.query_opt(&s.refunded_lock, p))),
-            opt(account_lock_p
-                .as_ref()
-                .map(|p| tx.query_opt(&s.account_lock, p))),
-            tx.query_one(&s.nextval, &[]),
-        );
-        set?;
-        let refunded_row = refunded_row.transpose()?.flatten();
-        let account_row = account_row.transpose()?.flatten();
-        let seq: i64 = get(&seq_row?, 0)?;
+        let (currency, balance, seq, refunded): (Option<String>, Option<String>, i64, Option<i64>) =
+            if withdrawal_key.is_some() {
+                let lock = conn.prepare_cached(SQL_LOCK).await?;
+                let account = withdrawal.as_ref().map(|w| w.0.as_str());
+                let refund_of = withdrawal.as_ref().and(withdrawal_key);
+                let locked = conn
+                    .query_one(&lock, &[&account, &c, &refund_of, &lease_ms])
+                    .await?;
+                (
+                    get(&locked, 0)?,
+                    get(&locked, 1)?,
+                    get(&locked, 3)?,
+                    get(&locked, 2)?,
+                )
+            } else {
+                (get(&row, 7)?, get(&row, 8)?, get(&row, 3)?, None)
+            };
         let seq_u = u64::try_from(seq).map_err(|_| self.corrupt(format!("seq {seq}")))?;
-
-        let account_view = match &account_row {
-            Some(row) => Some(AccountView {
-                currency: self.currency(get(row, 0)?)?,
-                balance: self.number(get(row, 1)?)?,
+        let refunded_before = refunded.map_or(0, |t| u64::try_from(t).unwrap_or(0));
+        let refunded_exists = refunded.is_some();
+        let account_view = match (currency, balance) {
+            (Some(currency), Some(balance)) => Some(AccountView {
+                currency: self.currency(currency)?,
+                balance: self.number(balance)?,
             }),
-            None => None,
+            _ => None,
         };
-        let refunded_before = match &refunded_row {
-            Some(row) => u64::try_from(get::<i64>(row, 1)?).unwrap_or(0),
-            None => 0,
-        };
+        let account_exists = account_view.is_some();
         let inputs = Inputs {
             account: account_view,
             withdrawal: withdrawal
@@ -1025,141 +1031,74 @@ impl PgStore {
         };
         let fact = core::decide(client, key, command, &inputs, seq_u, at);
         let outcome = Outcome::from_fact(&fact);
-        let response = fact::json::outcome(&outcome);
-        let doc = fact::json::fact(&fact);
-        let body = fact.encode();
-        let kind = fact.body.persisted_name();
-        let rejection = match &fact.body {
-            FactBody::CommandRejected { rejection, .. } => Some(rejection.code()),
-            _ => None,
-        };
-        let counter = counter_name(&fact.body);
-        let shard = self.next_shard();
-        let one = 1i64;
 
-        // Round trip 3: the effect. Every statement's rows are checked below before the
-        // COMMIT; none of them can fail under the locks taken above unless the tables
-        // disagree with the log, and then nothing is committed.
-        let mut user_leg = None;
-        let mut system_leg = None;
+        // Round trip 2: the effect and the COMMIT. idem_apply checks every write against
+        // the decision and raises if one disagrees, which turns the COMMIT into a
+        // rollback.
+        let mut user = None;
+        let mut system = None;
         for (leg_account, currency, delta) in projection::legs(&fact) {
             let delta = i64::try_from(delta)
                 .map_err(|_| LedgerError::Unavailable(format!("a change of {delta}")))?;
             if leg_account.is_system() {
-                system_leg = Some((leg_account, currency, delta));
+                system = Some((leg_account, currency, delta));
             } else {
-                user_leg = Some((leg_account, currency, delta));
+                user = Some((leg_account, currency, delta));
             }
         }
-        let user_stmt = user_leg.as_ref().map(|(_, _, delta)| {
-            if *delta < 0 {
-                &s.account_take
-            } else if account_row.is_some() {
-                &s.account_add
-            } else {
-                &s.account_create
-            }
-        });
-        let user_values = user_leg
-            .as_ref()
-            .map(|(a, cur, delta)| (a.as_str(), cur.as_str(), delta.abs()));
-        let user_p: Option<[P; 3]> = user_values.as_ref().map(|(a, cur, n)| [a as P, cur, n]);
-        let system_values = system_leg
-            .as_ref()
-            .map(|(a, cur, delta)| (a.as_str(), cur.as_str(), *delta));
-        let system_p: Option<[P; 4]> = system_values
-            .as_ref()
-            .map(|(a, cur, n)| [a as P, cur, &shard, n]);
-        // (withdrawal key, amount, refunded total after, amount withdrawn)
         let refund = match &fact.body {
             FactBody::RefundRecorded {
-                withdrawal,
                 amount,
                 refunded_total,
                 ..
             } => Some((
-                withdrawal.as_str(),
                 db_int(amount.units())?,
-                *refunded_total,
+                db_int(*refunded_total)?,
                 withdrawal_amount(&inputs)?,
             )),
             _ => None,
         };
-        let refunded_add_p: Option<[P; 3]> = refund
-            .as_ref()
-            .filter(|_| refunded_row.is_some())
-            .map(|(w, n, _, _)| [&c as P, w, n]);
-        let refunded_create_p: Option<[P; 4]> = refund
-            .as_ref()
-            .filter(|_| refunded_row.is_none())
-            .map(|(w, n, _, withdrawn)| [&c as P, w, withdrawn, n]);
-        let fact_p: [P; 8] = [&seq, &at_db, &c, &k, &kind, &rejection, &body, &doc];
-        let key_done_p: [P; 4] = [&c, &k, &seq, &response];
-        let count_p: [P; 3] = [&counter, &shard, &one];
-        let inbox_seq_p: Option<[P; 2]> = message_id
-            .as_ref()
-            .filter(|_| inbox_claimed)
-            .map(|m| [m as P, &seq]);
-        let (
-            refunded_add,
-            refunded_create,
-            user_res,
-            system_res,
-            fact_res,
-            key_res,
-            count_res,
-            inbox_res,
-        ) = tokio::join!(
-            opt(refunded_add_p
-                .as_ref()
-                .map(|p| tx.query_opt(&s.refunded_add, p))),
-            opt(refunded_create_p
-                .as_ref()
-                .map(|p| tx.query_opt(&s.refunded_create, p))),
-            opt(user_stmt
-                .zip(user_p.as_ref())
-                .map(|(stmt, p)| tx.query_opt(stmt, p))),
-            opt(system_p.as_ref().map(|p| tx.execute(&s.system_add, p))),
-            tx.execute(&s.fact_insert, &fact_p),
-            tx.execute(&s.key_done, &key_done_p),
-            tx.execute(&s.count, &count_p),
-            opt(inbox_seq_p.as_ref().map(|p| tx.execute(&s.inbox_seq, p))),
-        );
-        if let Some(r) = refunded_add.or(refunded_create) {
-            let row = r?;
-            let total: Option<i64> = row.as_ref().map(|row| get(row, 0)).transpose()?;
-            let expected = refund.map(|r| r.2);
-            if total.and_then(|t| u64::try_from(t).ok()) != expected {
-                return Err(self.disagree(format!(
-                    "the refunded total of {:?} is {total:?}, the decision gives {expected:?}",
-                    withdrawal_key.unwrap_or_default()
-                )));
+        let apply = Apply {
+            seq,
+            at: at_db,
+            client: c,
+            key: k,
+            kind: fact.body.persisted_name(),
+            rejection: match &fact.body {
+                FactBody::CommandRejected { rejection, .. } => Some(rejection.code()),
+                _ => None,
+            },
+            body: fact.encode(),
+            doc: fact::json::fact(&fact),
+            response: fact::json::outcome(&outcome),
+            counter: counter_name(&fact.body),
+            shard: self.next_shard(),
+            account: user.as_ref().map(|u| u.0.as_str()),
+            currency: user.as_ref().or(system.as_ref()).map(|l| l.1.as_str()),
+            delta: user.as_ref().map(|u| u.2),
+            account_exists,
+            balance_after: balance_after(&fact.body).map(|b| b.to_string()),
+            system: system.as_ref().map(|s| s.0.as_str()),
+            system_delta: system.as_ref().map(|s| s.2),
+            withdrawal: refund.as_ref().and(withdrawal_key),
+            refund: refund.map(|r| r.0),
+            withdrawn: refund.map(|r| r.2),
+            refunded_exists,
+            refunded_after: refund.map(|r| r.1),
+            message: message_id.filter(|_| message_claimed),
+        };
+        let stmt = conn.prepare_cached(SQL_APPLY).await?;
+        let apply_p = apply.params();
+        let (applied, commit) =
+            tokio::join!(conn.execute(&stmt, &apply_p), conn.batch_execute("COMMIT"));
+        tx.open.store(false, Ordering::Relaxed);
+        if let Err(e) = applied {
+            if e.code().map(SqlState::code) == Some(DISAGREE) {
+                return Err(self.disagree(describe(&e)));
             }
+            return Err(e.into());
         }
-        if let Some(r) = user_res {
-            let row = r?;
-            let balance = match &row {
-                Some(row) => Some(self.number(get(row, 0)?)?),
-                None => None,
-            };
-            let expected = balance_after(&fact.body);
-            if balance != expected {
-                return Err(self.disagree(format!(
-                    "{}'s balance became {balance:?}, the decision gives {expected:?}",
-                    account.unwrap_or_default()
-                )));
-            }
-        }
-        if let Some(r) = system_res {
-            one_row(r?, "the system account's shard")?;
-        }
-        one_row(fact_res?, "the fact")?;
-        one_row(key_res?, "the key's outcome")?;
-        one_row(count_res?, "the counter")?;
-        if let Some(r) = inbox_res {
-            one_row(r?, "the inbox record")?;
-        }
-        tx.commit().await?;
+        commit?;
         inner.durable_seq.fetch_max(seq_u, Ordering::SeqCst);
         inner.last_at.fetch_max(at.millis(), Ordering::SeqCst);
         Ok(Submission::Executed(outcome))
@@ -1185,15 +1124,16 @@ impl PgStore {
             .map_err(|_| self.corrupt(format!("a stored balance {s:?}")))
     }
 
-    /// A key row as read by `SQL_KEY_READ`: its fingerprint and its fact, if it has one.
+    /// A key as `idem_claim` answers it when seen: its fingerprint and its fact, if it
+    /// has one.
     fn key_fact(&self, row: &Row) -> Result<(Fingerprint, Option<Fact>)> {
-        let hash: &[u8] = get(row, 0)?;
+        let hash: &[u8] = get(row, 2)?;
         let fingerprint = Fingerprint(
             hash.try_into()
                 .map_err(|_| self.corrupt("a key's fingerprint of the wrong length".into()))?,
         );
-        let seq: Option<i64> = get(row, 2)?;
-        let body: Option<&[u8]> = get(row, 3)?;
+        let seq: Option<i64> = get(row, 3)?;
+        let body: Option<&[u8]> = get(row, 4)?;
         let fact = match (seq, body) {
             (Some(seq), Some(body)) => Some(self.decode(seq, body)?),
             _ => None,
