@@ -15,6 +15,12 @@ use inbox_worker::wire::parse_duration;
 use inbox_worker::{demo, inbox};
 use ledger::{Account, Amount, ClientId, Command, Currency, Key, Ledger, LedgerError};
 
+/// mimalloc instead of glibc's malloc: the committer thread allocates what the HTTP
+/// threads free, and glibc spends a large share of the worker's CPU on that traffic
+/// between its per-thread arenas (BENCHMARKS.md, "allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "inbox-worker",

@@ -729,16 +729,18 @@ impl Ledger {
             // key is done by now, so this arrival cannot cause a second effect.
             Some(_) => None,
             // No claim: the key is new or durably done (claims are released only after
-            // the flush), so a stored answer may be given from here.
-            None if message.is_none() => match shared.held(&shard, &ck) {
-                Err(e) => Some(Err(e)),
-                Ok(None) => None,
-                Ok(Some((stored, _)))
-                    if core::classify(Some(stored), fingerprint) == Seen::Reused =>
-                {
+            // the flush), so a cached answer may be given from here. A key not in the
+            // cache goes to the committer, which reads it between its writes: read here,
+            // sled's reads wait on the global lock every batch write holds, and most keys
+            // that miss the cache are new.
+            None if message.is_none() => match shard.answers.get(&ck).cloned() {
+                None => None,
+                Some((stored, _)) if core::classify(Some(stored), fingerprint) == Seen::Reused => {
                     Some(Ok(Submission::Reused))
                 }
-                Ok(Some((stored, held))) => Some(shared.replay(&mut shard, &ck, stored, held)),
+                Some((stored, outcome)) => {
+                    Some(shared.replay(&mut shard, &ck, stored, Held::Cached(outcome)))
+                }
             },
             None => None,
         };
@@ -1876,7 +1878,7 @@ fn publish(shared: &Shared, applied: Applied) {
                 // key done, not pending.
                 {
                     let mut shard = shared.shard(&ck).lock();
-                    if let Submission::Executed(outcome) = &answer {
+                    if let Submission::Executed(outcome) | Submission::Replayed(outcome) = &answer {
                         shard.remember(&ck, fingerprint, outcome);
                     }
                     if shard.claims.get(&ck).is_some_and(|c| c.token == token) {
