@@ -98,6 +98,12 @@ pub struct BenchArgs {
     /// Runtime threads of the load generator.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Rounds per point: the targets are measured in turn, round after round, and each
+    /// point is the round with the median throughput (all rounds are listed). On a shared
+    /// machine one round can be slowed by a neighbour; alternating keeps the comparison
+    /// side by side.
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
 }
 
 /// Deposit per account: far more than any run can withdraw at 1 per request, so no
@@ -150,8 +156,13 @@ pub struct Measured {
 pub struct Point {
     pub target: Target,
     pub concurrency: usize,
+    /// The median round.
     pub measured: Option<Measured>,
     pub error: Option<String>,
+    /// Throughput of every round that measured, in the order run.
+    pub rounds: Vec<f64>,
+    /// What the other rounds found wrong: an effects mismatch or a failure.
+    pub other_rounds: Vec<String>,
 }
 
 /// Throughput ratios at one concurrency.
@@ -203,15 +214,13 @@ pub fn main(args: BenchArgs) -> Result<u8> {
         "wrote {}/results.json, table.md, throughput.svg",
         args.out.display()
     );
-    let broken = results
-        .points
-        .iter()
-        .filter_map(|p| p.measured.as_ref())
-        .any(|m| {
-            m.check
-                .as_deref()
-                .is_some_and(|c| c.starts_with("MISMATCH"))
-        });
+    let broken = results.points.iter().any(|p| {
+        let chosen = p.measured.as_ref().and_then(|m| m.check.as_deref());
+        chosen
+            .into_iter()
+            .chain(p.other_rounds.iter().map(String::as_str))
+            .any(|c| c.starts_with("MISMATCH"))
+    });
     Ok(u8::from(broken))
 }
 
@@ -241,51 +250,30 @@ pub fn run(args: &BenchArgs, worker: &Path) -> Result<Results> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut points = Vec::new();
+    let repeat = args.repeat.max(1);
     for &concurrency in &args.concurrency {
-        for &target in &args.targets {
-            eprintln!("bench: {} at {concurrency} ...", target.name());
-            let measured = match target {
-                Target::Sled | Target::Postgres => {
-                    http_point(args, worker, &runtime, target, concurrency)
-                }
-                Target::Pgbench => pgbench_point(args, concurrency),
-            };
-            let point = match measured {
-                Ok(m) => {
-                    eprintln!(
-                        "bench: {} at {concurrency}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, \
-                         effects {} (store {}){}",
-                        target.name(),
-                        m.throughput,
-                        m.p50_ms,
-                        m.p99_ms,
-                        m.effects,
-                        m.applied,
-                        m.check
-                            .as_deref()
-                            .map(|c| format!(", {c}"))
-                            .unwrap_or_default()
-                    );
-                    Point {
-                        target,
-                        concurrency,
-                        measured: Some(m),
-                        error: None,
-                    }
-                }
-                Err(e) => {
-                    let error = format!("{e:#}");
-                    eprintln!("bench: {} at {concurrency}: {error}", target.name());
-                    Point {
-                        target,
-                        concurrency,
-                        measured: None,
-                        error: Some(error),
-                    }
-                }
-            };
-            points.push(point);
+        let mut rounds: Vec<Vec<Point>> = vec![Vec::new(); args.targets.len()];
+        for round in 1..=repeat {
+            for (i, &target) in args.targets.iter().enumerate() {
+                let label = if repeat > 1 {
+                    format!(
+                        "{} at {concurrency} (round {round} of {repeat})",
+                        target.name()
+                    )
+                } else {
+                    format!("{} at {concurrency}", target.name())
+                };
+                rounds[i].push(measure_point(
+                    args,
+                    worker,
+                    &runtime,
+                    target,
+                    concurrency,
+                    &label,
+                ));
+            }
         }
+        points.extend(rounds.into_iter().filter_map(median_point));
     }
     let ratios = args
         .concurrency
@@ -319,6 +307,100 @@ pub fn run(args: &BenchArgs, worker: &Path) -> Result<Results> {
         goal_sled_over_postgres: if args.hot { 10.0 } else { 4.0 },
         goal_postgres_over_pgbench: 0.8,
     })
+}
+
+/// Measures one target at one concurrency once, and says so on stderr.
+fn measure_point(
+    args: &BenchArgs,
+    worker: &Path,
+    runtime: &tokio::runtime::Runtime,
+    target: Target,
+    concurrency: usize,
+    label: &str,
+) -> Point {
+    eprintln!("bench: {label} ...");
+    let measured = match target {
+        Target::Sled | Target::Postgres => http_point(args, worker, runtime, target, concurrency),
+        Target::Pgbench => pgbench_point(args, concurrency),
+    };
+    match measured {
+        Ok(m) => {
+            eprintln!(
+                "bench: {label}: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms, effects {} (store {}){}",
+                m.throughput,
+                m.p50_ms,
+                m.p99_ms,
+                m.effects,
+                m.applied,
+                m.check
+                    .as_deref()
+                    .map(|c| format!(", {c}"))
+                    .unwrap_or_default()
+            );
+            Point {
+                target,
+                concurrency,
+                rounds: vec![m.throughput],
+                measured: Some(m),
+                error: None,
+                other_rounds: Vec::new(),
+            }
+        }
+        Err(e) => {
+            let error = format!("{e:#}");
+            eprintln!("bench: {label}: {error}");
+            Point {
+                target,
+                concurrency,
+                measured: None,
+                error: Some(error),
+                rounds: Vec::new(),
+                other_rounds: Vec::new(),
+            }
+        }
+    }
+}
+
+/// The round with the median throughput (the lower middle of an even count), carrying
+/// every round's throughput and what went wrong in the others, so that a mismatch in a
+/// round not chosen still fails the run.
+fn median_point(rounds: Vec<Point>) -> Option<Point> {
+    let mut throughputs = Vec::new();
+    let mut problems = Vec::new();
+    let mut measured = Vec::new();
+    let mut failed = None;
+    for p in rounds {
+        match &p.measured {
+            Some(m) => {
+                throughputs.push(m.throughput);
+                measured.push(p);
+            }
+            None => {
+                problems.push(p.error.clone().unwrap_or_default());
+                failed.get_or_insert(p);
+            }
+        }
+    }
+    measured.sort_by(|a, b| throughput_of(a).total_cmp(&throughput_of(b)));
+    let middle = measured.len().saturating_sub(1) / 2;
+    let chosen = if measured.is_empty() {
+        None
+    } else {
+        Some(measured.remove(middle))
+    };
+    for p in &measured {
+        if let Some(c) = p.measured.as_ref().and_then(|m| m.check.clone()) {
+            problems.push(c);
+        }
+    }
+    let mut point = chosen.or(failed)?;
+    point.rounds = throughputs;
+    point.other_rounds = problems;
+    Some(point)
+}
+
+fn throughput_of(p: &Point) -> f64 {
+    p.measured.as_ref().map_or(0.0, |m| m.throughput)
 }
 
 fn workload(args: &BenchArgs) -> String {
@@ -991,7 +1073,7 @@ pub fn render_table(r: &Results) -> String {
                     m.applied,
                     m.cpu_measured,
                     m.cpu_other,
-                    note(m)
+                    note(p, m)
                 );
             }
             (None, error) => {
@@ -1054,8 +1136,13 @@ pub fn render_table(r: &Results) -> String {
     s
 }
 
-fn note(m: &Measured) -> String {
+fn note(p: &Point, m: &Measured) -> String {
     let mut parts = Vec::new();
+    if p.rounds.len() > 1 {
+        let all: Vec<String> = p.rounds.iter().map(|t| format!("{t:.0}")).collect();
+        parts.push(format!("median of {}/s", all.join(", ")));
+    }
+    parts.extend(p.other_rounds.iter().map(|c| format!("another round: {c}")));
     if m.duplicates > 0 {
         parts.push(format!("{} duplicates", m.duplicates));
     }
@@ -1193,5 +1280,70 @@ mod tests {
         assert!(s.contains("random(1, :accounts)"));
         assert!(s.contains(":draw <= 250000"));
         assert!(s.contains("\\aset\n\\if :claimed = :n\n"));
+    }
+
+    fn round(throughput: f64, check: Option<&str>) -> Point {
+        Point {
+            target: Target::Postgres,
+            concurrency: 64,
+            measured: Some(Measured {
+                seconds: 1.0,
+                requests: 1,
+                throughput,
+                effects_per_s: throughput,
+                p50_ms: 1.0,
+                p99_ms: 1.0,
+                effects: 1,
+                applied: 1,
+                keys: None,
+                duplicates: 0,
+                replayed: 0,
+                in_flight: 0,
+                other: 0,
+                errors: 0,
+                check: check.map(str::to_owned),
+                cpu_measured: 1.0,
+                cpu_other: 0.0,
+            }),
+            error: None,
+            rounds: vec![throughput],
+            other_rounds: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_point_is_its_median_round_and_keeps_the_others_problems() {
+        let failed = Point {
+            measured: None,
+            error: Some("worker did not start".into()),
+            rounds: Vec::new(),
+            ..round(0.0, None)
+        };
+        let p = median_point(vec![
+            round(300.0, None),
+            round(100.0, Some("MISMATCH: 5 effects, store 4")),
+            failed,
+            round(200.0, None),
+        ])
+        .unwrap();
+        assert_eq!(throughput_of(&p), 200.0);
+        assert_eq!(p.rounds, vec![300.0, 100.0, 200.0]);
+        assert_eq!(
+            p.other_rounds,
+            vec![
+                "worker did not start".to_owned(),
+                "MISMATCH: 5 effects, store 4".to_owned()
+            ]
+        );
+        let only = median_point(vec![round(50.0, None)]).unwrap();
+        assert_eq!((throughput_of(&only), only.rounds.len()), (50.0, 1));
+        let none = median_point(vec![Point {
+            measured: None,
+            error: Some("no pgbench".into()),
+            ..round(0.0, None)
+        }])
+        .unwrap();
+        assert_eq!(none.error.as_deref(), Some("no pgbench"));
+        assert!(none.rounds.is_empty());
     }
 }

@@ -994,6 +994,51 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// The schema's last line of defence, whatever writes to it: no negative balance, no
+    /// user account named like a system one, and a key's status agrees with its fact and
+    /// stored response. Each statement below breaks one rule and is refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_schema_refuses_rows_that_break_the_invariants() {
+        let Some(env) =
+            env("postgres_only::the_schema_refuses_rows_that_break_the_invariants").await
+        else {
+            return;
+        };
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let store = env.open().await;
+        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+        let (admin, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        for bad in [
+            "UPDATE idem.accounts SET balance = -1",
+            "INSERT INTO idem.accounts VALUES ('@mallory', 'RUB', 1)",
+            "UPDATE idem.idempotency_keys SET response = NULL",
+            "UPDATE idem.idempotency_keys SET seq = NULL",
+            "UPDATE idem.idempotency_keys SET status = 'pending'",
+            "UPDATE idem.idempotency_keys SET status = 'expired'",
+            "UPDATE idem.idempotency_keys SET status = 'lost'",
+        ] {
+            let refused = admin.batch_execute(bad).await;
+            let code = refused.as_ref().err().and_then(|e| e.code().cloned());
+            assert_eq!(
+                code,
+                Some(tokio_postgres::error::SqlState::CHECK_VIOLATION),
+                "{bad}: {refused:?}"
+            );
+        }
+        // The rule allows what the sweep does: expired, with the response dropped.
+        admin
+            .batch_execute("UPDATE idem.idempotency_keys SET status = 'expired', response = NULL")
+            .await
+            .unwrap();
+        close(store).await;
+        env.finish().await;
+    }
+
     /// An attempt that ends while its transaction is open (here: the account's row is
     /// locked by a session that outlives the lease) rolls back before its connection is
     /// used again: with a pool of one connection, the next command runs on that same

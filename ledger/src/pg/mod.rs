@@ -15,6 +15,10 @@
 //!    outcome, the counters and the inbox row; then COMMIT (synchronous_commit on) and only
 //!    then answer.
 //!
+//! The statements run inside two PL/pgSQL functions (`v2.sql`), `idem_claim` (steps 1–3 up
+//! to the decision) and `idem_apply` (the writes), with BEGIN and COMMIT pipelined beside
+//! them: two round trips per command instead of one per dependent statement.
+//!
 //! No correctness comes from this process's memory: the unique indexes, the guarded
 //! updates, the row locks and the single transaction are all in the database. What is
 //! kept here is observation (pending keys, counters of replays and conflicts) and a short
