@@ -599,9 +599,10 @@ pub(crate) async fn submit(
 
 async fn execute(app: &Shared, client: ClientId, key: Key, command: Command) -> Response {
     let mut answer = submit(&*app.store, &client, &key, command.clone()).await;
-    if matches!(answer, Ok(Submission::InProgress { .. })) {
+    if matches!(answer, Ok(Submission::InProgress { .. })) && !app.store.waits_for_twins() {
         // The twin usually commits within milliseconds: poll the key (reads only, so the
-        // poll adds no conflicts) and answer with its outcome rather than a 409.
+        // poll adds no conflicts) and answer with its outcome rather than a 409. A store
+        // that waited for the twin already (PostgreSQL) is not waited on twice.
         let deadline = Instant::now() + app.options.in_flight_wait;
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(1)).await;

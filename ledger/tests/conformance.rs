@@ -915,13 +915,15 @@ mod postgres_only {
         };
         let store = env.open().await;
         executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
-        // The hung worker: a session that claimed "w-1" and stopped, with a 1 s lease.
+        // The hung worker: a session that claimed "w-1" (its advisory lock and its row, as
+        // idem_claim does) and stopped, with a 1 s lease.
         let (hung, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
             .await
             .unwrap();
         tokio::spawn(connection);
         hung.batch_execute(
             "SET idle_in_transaction_session_timeout = '1s'; BEGIN; \
+             SELECT pg_advisory_xact_lock(idem.idem_claim_lock('k', 'default', 'w-1')); \
              INSERT INTO idem.idempotency_keys (client, key, request_hash, status, created_at) \
              VALUES ('default', 'w-1', '\\x00', 'pending', now());",
         )
@@ -990,6 +992,42 @@ mod postgres_only {
             .unwrap()
             .get(0);
         assert_eq!(total, 30);
+        close(store).await;
+        env.finish().await;
+    }
+
+    /// Only a twin makes a 409. A new key whose insert waits on something else (here a
+    /// session holding a lock on the keys table for 300 ms, as PostgreSQL's own lock on
+    /// extending a table can under a burst of inserts) waits it out and executes, though
+    /// the wait is longer than the in-flight wait.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wait_that_is_not_a_twin_is_not_in_progress() {
+        let Some(env) = env("postgres_only::a_wait_that_is_not_a_twin_is_not_in_progress").await
+        else {
+            return;
+        };
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let store = env.open().await;
+        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+        let (locker, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        locker
+            .batch_execute("BEGIN; LOCK TABLE idem.idempotency_keys IN SHARE MODE")
+            .await
+            .unwrap();
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            locker.batch_execute("COMMIT").await.unwrap();
+        });
+        let started = std::time::Instant::now();
+        let o = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        assert_eq!(applied(&o).balance, 400);
+        release.await.unwrap();
         close(store).await;
         env.finish().await;
     }

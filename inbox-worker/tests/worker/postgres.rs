@@ -145,3 +145,65 @@ fn an_overdraft_race_across_two_workers_never_overdraws() {
     pair.verify();
     pair.stop();
 }
+
+/// On PostgreSQL the store itself waits `--in-flight-wait` on a twin's uncommitted claim;
+/// the HTTP handler then answers 409 at once instead of waiting a second time. The twin
+/// here is a session that claimed the key and hangs; the answer must come after about one
+/// wait (600 ms), well before two.
+#[test]
+fn a_409_on_postgres_costs_one_in_flight_wait_not_two() {
+    // A worker thread of its own, so the hung session's connection stays served while
+    // this thread waits on HTTP.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(db) = runtime.block_on(PgTestDb::create(
+        "a_409_on_postgres_costs_one_in_flight_wait",
+        "idem_workers",
+    )) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let worker = Worker::start_store(
+        &db.url,
+        &dir.path().join("w.log"),
+        &["--in-flight-wait", "600ms"],
+    );
+    let http = worker.http();
+    assert_eq!(http.deposit("wait-dep", "alice", 1000).status, 201);
+    let hung = runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute(
+                "BEGIN; \
+                 SELECT pg_advisory_xact_lock(idem.idem_claim_lock('k', 'default', 'wait-w')); \
+                 INSERT INTO idem.idempotency_keys \
+                 (client, key, request_hash, status, created_at) \
+                 VALUES ('default', 'wait-w', '\\x00', 'pending', now())",
+            )
+            .await
+            .unwrap();
+        client
+    });
+    let started = std::time::Instant::now();
+    let reply = http.withdraw("wait-w", "alice", 100);
+    let took = started.elapsed();
+    assert_eq!(reply.status, 409, "{}", reply.body);
+    assert_eq!(reply.code(), "request_in_progress");
+    assert!(
+        took >= std::time::Duration::from_millis(550)
+            && took < std::time::Duration::from_millis(1100),
+        "one wait of 600 ms expected, took {took:?}"
+    );
+    runtime.block_on(hung.batch_execute("ROLLBACK")).unwrap();
+    let reply = http.withdraw("wait-w", "alice", 100);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    verify_store(&db.url);
+    assert_eq!(worker.term().code(), Some(0));
+    runtime.block_on(db.drop_now());
+}

@@ -3,10 +3,12 @@
 //!
 //! Every command is one transaction in the shape of the seed's handler:
 //!
-//! 1. claim: `INSERT INTO idempotency_keys … ON CONFLICT DO NOTHING RETURNING` (and the
-//!    inbox row for a message id). A concurrent twin's insert waits on the unique index
-//!    until the first commits or rolls back; `lock_timeout` bounds that wait, and a twin
-//!    that runs out of it is told `InProgress` (409).
+//! 1. claim: a transaction-scoped advisory lock on the key (and on the message id), then
+//!    `INSERT INTO idempotency_keys … ON CONFLICT DO NOTHING` (and the inbox row). A
+//!    concurrent twin waits on the advisory lock until the first commits or rolls back;
+//!    `lock_timeout` bounds that wait alone, and a twin that runs out of it is told
+//!    `InProgress` (409). Other waits (a table's extension lock under a burst of inserts)
+//!    are bounded by the lease, so they never pass for a twin.
 //! 2. if the key was there: same fingerprint → the answer rendered from its fact
 //!    (`Outcome::from_fact`, byte-identical to the first answer), another → `Reused`.
 //! 3. else lock what the decision reads (`SELECT … FOR UPDATE`), take the fact's number,
@@ -79,9 +81,12 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("the command as two functions", include_str!("v2.sql")),
 ];
 
-/// Rows of `system_balances` and `counters` per name. Enough that the connections of a
-/// few workers rarely meet on one row; a read sums at most this many rows per name.
-const SHARDS: u64 = 32;
+/// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
+/// per name. A transaction holds its shard's row lock until it commits, so two
+/// transactions on one shard queue behind each other's WAL flush: each transaction of a
+/// process takes a shard no other transaction of the process holds (`ShardSlots`), and
+/// processes start at random places among the shards, so a few workers rarely meet.
+const SHARDS: u64 = 128;
 
 /// Retry-After of a 409, as sled answers it: the commit usually takes milliseconds, and
 /// the header is in whole seconds.
@@ -170,6 +175,7 @@ struct Inner {
     last_at: AtomicI64,
     next_token: AtomicU64,
     next_shard: AtomicU64,
+    shard_slots: ShardSlots,
     replayed: AtomicU64,
     conflicts_in_flight: AtomicU64,
     conflicts_reused: AtomicU64,
@@ -311,6 +317,58 @@ const SQL_QUARANTINE: &str = "INSERT INTO quarantine (at, message_id, reason, pa
      VALUES ($1, $2, $3, $4) RETURNING id";
 /// The SQLSTATE `idem_apply` raises when a write disagrees with the decision.
 const DISAGREE: &str = "IDM01";
+
+/// The shards no transaction of this process holds, taken and given back around each
+/// command's transaction. With more transactions in flight than shards, the extra ones
+/// share a shard (`None` from `take`, and the caller picks one round-robin): that only
+/// makes them wait on each other, never double-counts.
+struct ShardSlots {
+    free: Mutex<Vec<i16>>,
+}
+
+impl ShardSlots {
+    /// All shards, handed out from `offset` on.
+    fn new(offset: u64) -> Self {
+        let free = (0..SHARDS)
+            .rev()
+            .filter_map(|i| i16::try_from((offset + i) % SHARDS).ok())
+            .collect();
+        Self {
+            free: Mutex::new(free),
+        }
+    }
+
+    fn take(&self) -> Option<i16> {
+        self.free.lock().pop()
+    }
+
+    fn give_back(&self, shard: i16) {
+        self.free.lock().push(shard);
+    }
+}
+
+/// A shard taken for one transaction; given back when dropped (also when the attempt is
+/// cut short).
+struct ShardSlot<'a> {
+    slots: &'a ShardSlots,
+    shard: Option<i16>,
+}
+
+impl Drop for ShardSlot<'_> {
+    fn drop(&mut self) {
+        if let Some(shard) = self.shard {
+            self.slots.give_back(shard);
+        }
+    }
+}
+
+/// Where this process starts among the shards: different for workers started together.
+fn rand_offset() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}
 
 /// The arguments of `idem_apply`, in its order.
 struct Apply<'a> {
@@ -526,8 +584,8 @@ impl PgStore {
         //   that hangs inside a transaction (stopped, partitioned) loses its session, and
         //   with it its uncommitted claim, once the lease runs out, so the key can be
         //   claimed again. A worker that dies outright loses it when the socket closes.
-        // - lock_timeout = the lease: no wait on a row lock outlasts a lease; the key claim
-        //   lowers it to the in-flight wait for its own statements.
+        // - lock_timeout = the lease: no wait on a row lock outlasts a lease; the claim
+        //   lowers it to the in-flight wait for its advisory locks only.
         let lease = ms(rules.lease);
         let ours = format!(
             "-c synchronous_commit=on -c search_path={} -c idle_in_transaction_session_timeout={lease} \
@@ -568,6 +626,7 @@ impl PgStore {
                 last_at: AtomicI64::new(i64::MIN),
                 next_token: AtomicU64::new(1),
                 next_shard: AtomicU64::new(std::process::id().into()),
+                shard_slots: ShardSlots::new(rand_offset()),
                 replayed: AtomicU64::new(0),
                 conflicts_in_flight: AtomicU64::new(0),
                 conflicts_reused: AtomicU64::new(0),
@@ -871,6 +930,11 @@ impl PgStore {
         message: Option<&MessageId>,
     ) -> Result<Submission, Abort> {
         let inner = &*self.inner;
+        // Taken before the transaction and held to its end (see `SHARDS`).
+        let slot = ShardSlot {
+            slots: &inner.shard_slots,
+            shard: inner.shard_slots.take(),
+        };
         let tx = OpenTx {
             conn: Some(inner.pool.get().await?),
             open: AtomicBool::new(false),
@@ -1076,7 +1140,7 @@ impl PgStore {
             doc: fact::json::fact(&fact),
             response: fact::json::outcome(&outcome),
             counter: counter_name(&fact.body),
-            shard: self.next_shard(),
+            shard: slot.shard.unwrap_or_else(|| self.next_shard()),
             account: user.as_ref().map(|u| u.0.as_str()),
             currency: user.as_ref().or(system.as_ref()).map(|l| l.1.as_str()),
             delta: user.as_ref().map(|u| u.2),
@@ -1734,6 +1798,10 @@ impl Store for PgStore {
     }
     fn rules(&self) -> &Rules {
         &self.inner.rules
+    }
+
+    fn waits_for_twins(&self) -> bool {
+        true
     }
 
     async fn submit(

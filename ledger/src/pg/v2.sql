@@ -30,6 +30,13 @@ ALTER TABLE accounts
 -- it); a write that disagrees with the decision raises SQLSTATE IDM01, which aborts the
 -- transaction, so the COMMIT sent behind it rolls back.
 
+-- The advisory lock that is the claim on a key ('k', client, key) or on a message id
+-- ('m', id, ''): a 64-bit hash of the names, the first one length-prefixed so that no two
+-- pairs spell the same text. Two claims whose hashes collide only wait for each other.
+CREATE FUNCTION idem_claim_lock(kind text, a text, b text) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT hashtextextended(kind || length(a) || ':' || a || b, 7157) $$;
+
 -- Locks what deciding a command on `p_account` (and, for a refund, the withdrawal
 -- `p_withdrawal` of `p_client`) reads, then takes the fact's number. The number is taken
 -- after the locks so that, per account and per withdrawal, the order of numbers is the
@@ -56,6 +63,14 @@ BEGIN
 END $$;
 
 -- Claims the message id (if any) and the key, waiting at most `p_wait_ms` for a twin.
+--
+-- A twin is recognised by a transaction-scoped advisory lock on the key (and one on the
+-- message id), taken before the rows are inserted and held to the end of the
+-- transaction. Only that wait is bounded by `p_wait_ms`: bounding the inserts instead
+-- would also cut short waits that have nothing to do with a twin (PostgreSQL's lock on
+-- extending the table, taken under a burst of inserts), and turn them into false 409s
+-- for new keys; the inserts wait at most the lease.
+--
 -- `state` says what happened:
 -- - 'claimed': both are ours. For a deposit or a withdrawal (`p_account` given) the
 --   account is locked too and `seq` taken; for a refund `withdrawal_seq` and
@@ -81,20 +96,25 @@ BEGIN
     message_claimed := false;
     setting := set_config('lock_timeout', p_wait_ms::text, true);
     BEGIN
+        PERFORM pg_advisory_xact_lock(idem_claim_lock('k', p_client, p_key));
         IF p_message IS NOT NULL THEN
-            INSERT INTO inbox (message_id, fingerprint, client, key, at)
-            VALUES (p_message, p_message_fp, p_client, p_key, p_at)
-            ON CONFLICT (message_id) DO NOTHING;
-            message_claimed := FOUND;
+            PERFORM pg_advisory_xact_lock(idem_claim_lock('m', p_message, ''));
         END IF;
-        INSERT INTO idempotency_keys (client, key, request_hash, status, created_at)
-        VALUES (p_client, p_key, p_hash, 'pending', p_at)
-        ON CONFLICT (client, key) DO NOTHING;
-        key_claimed := FOUND;
     EXCEPTION WHEN lock_not_available THEN
         state := 'in_flight';
         RETURN;
     END;
+    setting := set_config('lock_timeout', p_lease_ms::text, true);
+    IF p_message IS NOT NULL THEN
+        INSERT INTO inbox (message_id, fingerprint, client, key, at)
+        VALUES (p_message, p_message_fp, p_client, p_key, p_at)
+        ON CONFLICT (message_id) DO NOTHING;
+        message_claimed := FOUND;
+    END IF;
+    INSERT INTO idempotency_keys (client, key, request_hash, status, created_at)
+    VALUES (p_client, p_key, p_hash, 'pending', p_at)
+    ON CONFLICT (client, key) DO NOTHING;
+    key_claimed := FOUND;
     IF p_message IS NOT NULL AND NOT message_claimed THEN
         SELECT i.fingerprint INTO hash FROM inbox i WHERE i.message_id = p_message;
         IF NOT FOUND THEN
