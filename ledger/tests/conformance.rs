@@ -869,6 +869,27 @@ mod postgres_only {
         Env::pg(test).await
     }
 
+    /// A fresh database, its store with alice's deposit of 500 (key "d-1"), and a session
+    /// of its own on that database (another worker, an operator, a locker).
+    async fn with_alice(test: &str) -> Option<(Env, Arc<dyn Store>, tokio_postgres::Client)> {
+        let env = env(test).await?;
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let other = session(&db.url).await;
+        let store = env.open().await;
+        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+        Some((env, store, other))
+    }
+
+    async fn session(url: &str) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
     /// Workers starting together each apply the migrations or find them applied.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn workers_starting_together_migrate_once() {
@@ -905,22 +926,14 @@ mod postgres_only {
     /// 409, until the server ends the hung session at the lease and the key is free.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_hung_claim_answers_in_progress_until_the_lease_frees_it() {
-        let Some(env) =
-            env("postgres_only::a_hung_claim_answers_in_progress_until_the_lease_frees_it").await
+        let Some((env, store, hung)) =
+            with_alice("postgres_only::a_hung_claim_answers_in_progress_until_the_lease_frees_it")
+                .await
         else {
             return;
         };
-        let Backing::Pg(db) = &env.backing else {
-            unreachable!()
-        };
-        let store = env.open().await;
-        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
         // The hung worker: a session that claimed "w-1" (its advisory lock and its row, as
         // idem_claim does) and stopped, with a 1 s lease.
-        let (hung, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
         hung.batch_execute(
             "SET idle_in_transaction_session_timeout = '1s'; BEGIN; \
              SELECT pg_advisory_xact_lock(idem.idem_claim_lock('k', 'default', 'w-1')); \
@@ -952,22 +965,14 @@ mod postgres_only {
     /// command is recorded, not even its key.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_that_disagrees_with_the_decision_records_nothing() {
-        let Some(env) =
-            env("postgres_only::a_write_that_disagrees_with_the_decision_records_nothing").await
+        let Some((env, store, admin)) =
+            with_alice("postgres_only::a_write_that_disagrees_with_the_decision_records_nothing")
+                .await
         else {
             return;
         };
-        let Backing::Pg(db) = &env.backing else {
-            unreachable!()
-        };
-        let store = env.open().await;
-        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
         executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
         executed(submit(&store, "r-1", refund("w-1", 30)).await);
-        let (admin, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
         admin
             .batch_execute("UPDATE idem.refunded SET withdrawn = 40")
             .await
@@ -1002,19 +1007,11 @@ mod postgres_only {
     /// the wait is longer than the in-flight wait.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wait_that_is_not_a_twin_is_not_in_progress() {
-        let Some(env) = env("postgres_only::a_wait_that_is_not_a_twin_is_not_in_progress").await
+        let Some((env, store, locker)) =
+            with_alice("postgres_only::a_wait_that_is_not_a_twin_is_not_in_progress").await
         else {
             return;
         };
-        let Backing::Pg(db) = &env.backing else {
-            unreachable!()
-        };
-        let store = env.open().await;
-        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
-        let (locker, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
         locker
             .batch_execute("BEGIN; LOCK TABLE idem.idempotency_keys IN SHARE MODE")
             .await
@@ -1037,20 +1034,11 @@ mod postgres_only {
     /// stored response. Each statement below breaks one rule and is refused.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_schema_refuses_rows_that_break_the_invariants() {
-        let Some(env) =
-            env("postgres_only::the_schema_refuses_rows_that_break_the_invariants").await
+        let Some((env, store, admin)) =
+            with_alice("postgres_only::the_schema_refuses_rows_that_break_the_invariants").await
         else {
             return;
         };
-        let Backing::Pg(db) = &env.backing else {
-            unreachable!()
-        };
-        let store = env.open().await;
-        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
-        let (admin, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
         for bad in [
             "UPDATE idem.accounts SET balance = -1",
             "INSERT INTO idem.accounts VALUES ('@mallory', 'RUB', 1)",
@@ -1100,10 +1088,7 @@ mod postgres_only {
             .unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
         executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
-        let (locker, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
+        let locker = session(&db.url).await;
         locker
             .batch_execute("BEGIN; SELECT * FROM idem.accounts WHERE account = 'alice' FOR UPDATE")
             .await
