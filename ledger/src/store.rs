@@ -738,9 +738,7 @@ impl Ledger {
                 Some((stored, _)) if core::classify(Some(stored), fingerprint) == Seen::Reused => {
                     Some(Ok(Submission::Reused))
                 }
-                Some((stored, outcome)) => {
-                    Some(shared.replay(&mut shard, &ck, stored, Held::Cached(outcome)))
-                }
+                Some((_, outcome)) => Some(Ok(Submission::Replayed(outcome))),
             },
             None => None,
         };

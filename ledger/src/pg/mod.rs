@@ -307,7 +307,7 @@ fn ms_i64(d: Duration) -> i64 {
 // they can be pipelined. The first three are the functions of `v2.sql`.
 const SQL_CLAIM: &str = "SELECT state, message_claimed, hash, seq, body, withdrawal_seq, \
      withdrawal, currency, balance FROM idem_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-const SQL_LOCK: &str = "SELECT currency, balance, refunded, seq FROM idem_lock($1, $2, $3, $4)";
+const SQL_LOCK: &str = "SELECT currency, balance, refunded, seq FROM idem_lock($1, $2, $3)";
 const SQL_APPLY: &str = "SELECT idem_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
      $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)";
 const SQL_INBOX_SEQ: &str = "UPDATE inbox SET seq = $2 WHERE message_id = $1";
@@ -1063,9 +1063,7 @@ impl PgStore {
                 let lock = conn.prepare_cached(SQL_LOCK).await?;
                 let account = withdrawal.as_ref().map(|w| w.0.as_str());
                 let refund_of = withdrawal.as_ref().and(withdrawal_key);
-                let locked = conn
-                    .query_one(&lock, &[&account, &c, &refund_of, &lease_ms])
-                    .await?;
+                let locked = conn.query_one(&lock, &[&account, &c, &refund_of]).await?;
                 (
                     get(&locked, 0)?,
                     get(&locked, 1)?,

@@ -40,17 +40,13 @@ AS $$ SELECT hashtextextended(kind || length(a) || ':' || a || b, 7157) $$;
 -- Locks what deciding a command on `p_account` (and, for a refund, the withdrawal
 -- `p_withdrawal` of `p_client`) reads, then takes the fact's number. The number is taken
 -- after the locks so that, per account and per withdrawal, the order of numbers is the
--- order of the changes (what `verify` folds). Waits at most the lease for each lock.
+-- order of the changes (what `verify` folds). Runs after idem_claim in the same
+-- transaction, which left lock_timeout at the lease: each lock waits at most that.
 CREATE FUNCTION idem_lock(
-    p_account text, p_client text, p_withdrawal text, p_lease_ms integer,
+    p_account text, p_client text, p_withdrawal text,
     OUT currency text, OUT balance text, OUT refunded bigint, OUT seq bigint)
 LANGUAGE plpgsql AS $$
-DECLARE
-    setting text;
 BEGIN
-    -- An assignment, not PERFORM: plpgsql evaluates a simple expression without
-    -- starting an executor.
-    setting := set_config('lock_timeout', p_lease_ms::text, true);
     IF p_withdrawal IS NOT NULL THEN
         SELECT r.total INTO refunded FROM refunded r
          WHERE r.client = p_client AND r.withdrawal = p_withdrawal FOR UPDATE;
@@ -94,6 +90,8 @@ DECLARE
     setting text;
 BEGIN
     message_claimed := false;
+    -- Assignments, not PERFORM: plpgsql evaluates a simple expression without starting
+    -- an executor.
     setting := set_config('lock_timeout', p_wait_ms::text, true);
     BEGIN
         PERFORM pg_advisory_xact_lock(idem_claim_lock('k', p_client, p_key));
@@ -140,7 +138,7 @@ BEGIN
          WHERE k.client = p_client AND k.key = p_withdrawal;
     ELSIF p_account IS NOT NULL THEN
         SELECT l.currency, l.balance, l.seq INTO currency, balance, seq
-          FROM idem_lock(p_account, NULL, NULL, p_lease_ms) l;
+          FROM idem_lock(p_account, NULL, NULL) l;
     END IF;
 END $$;
 
