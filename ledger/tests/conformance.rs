@@ -959,6 +959,86 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// During an upgrade, workers of the previous build (schema version 2's idem_claim,
+    /// which inserts a pending row) and of this one (idem_claim_v3, which inserts nothing
+    /// until the end) share a database: they must still exclude each other on a key. They
+    /// do because both take the same advisory lock, whose hash version 3 kept.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn workers_of_the_previous_schema_and_this_one_exclude_each_other() {
+        let Some((env, store, old)) = with_alice(
+            "postgres_only::workers_of_the_previous_schema_and_this_one_exclude_each_other",
+        )
+        .await
+        else {
+            return;
+        };
+        // The lock's hash as version 2 spelled it (`kind || length(a) || ':' || a || b`).
+        let same: bool = old
+            .query_one(
+                "SELECT idem.idem_claim_lock('k', 'default', 'w-1') \
+                 = hashtextextended('k7:defaultw-1', 7157)",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(same);
+        // A worker of the previous build in the middle of "w-1": claimed, not yet applied.
+        // The functions find their tables on the search_path, as a worker's session sets.
+        old.batch_execute("SET search_path = idem").await.unwrap();
+        old.batch_execute("BEGIN").await.unwrap();
+        let state: String = old
+            .query_one(
+                "SELECT state FROM idem_claim('default', 'w-1', '\\x00'::bytea, now(), 1000, \
+                 NULL, NULL, NULL, 'alice', 10000)",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(state, "claimed");
+        let answer = submit(&store, "w-1", withdraw("alice", 100, rub())).await;
+        assert!(
+            matches!(answer, Submission::InProgress { .. }),
+            "{answer:?}"
+        );
+        old.batch_execute("ROLLBACK").await.unwrap();
+        let o = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        assert_eq!(applied(&o).balance, 400);
+        // And the other way round: this version's claim on "w-2" held, the previous
+        // version's claim on it waits out its 50 ms and answers in flight.
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let new = session(&db.url).await;
+        let claim = |f: &str, wait: i32| {
+            format!(
+                "SELECT state FROM {f}('default', 'w-2', '\\x00'::bytea, now(), {wait}, \
+                 NULL, NULL, NULL, 'alice', 10000)"
+            )
+        };
+        new.batch_execute("SET search_path = idem").await.unwrap();
+        new.batch_execute("BEGIN").await.unwrap();
+        let held: String = new
+            .query_one(&claim("idem_claim_v3", 1000), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(held, "claimed");
+        old.batch_execute("BEGIN").await.unwrap();
+        let waited: String = old
+            .query_one(&claim("idem_claim", 50), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(waited, "in_flight");
+        old.batch_execute("ROLLBACK").await.unwrap();
+        new.batch_execute("ROLLBACK").await.unwrap();
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
     /// The tables are changed behind the ledger's back (a withdrawal's refundable amount
     /// lowered by hand): the refund the log allows cannot be written as decided, so
     /// idem_apply refuses it, the COMMIT sent behind it rolls back, and nothing of the

@@ -3,9 +3,10 @@
 //!
 //! Every command is one transaction in the shape of the seed's handler:
 //!
-//! 1. claim: a transaction-scoped advisory lock on the key (and on the message id), then
-//!    `INSERT INTO idempotency_keys … ON CONFLICT DO NOTHING` (and the inbox row). A
-//!    concurrent twin waits on the advisory lock until the first commits or rolls back;
+//! 1. claim: a transaction-scoped advisory lock on the key (and on the message id), held
+//!    to the commit, then read the key (and `INSERT INTO inbox … ON CONFLICT DO NOTHING`
+//!    for a message). A concurrent twin waits on the advisory lock until the first
+//!    commits or rolls back;
 //!    `lock_timeout` bounds that wait alone, and a twin that runs out of it is told
 //!    `InProgress` (409). Other waits (a table's extension lock under a burst of inserts)
 //!    are bounded by the lease, so they never pass for a twin.
@@ -14,12 +15,13 @@
 //! 3. else lock what the decision reads (`SELECT … FOR UPDATE`), take the fact's number,
 //!    decide with the pure core (`core::decide`, the same decision as sled's), and write
 //!    the fact, the balances (guarded updates whose affected rows are checked), the key's
-//!    outcome, the counters and the inbox row; then COMMIT (synchronous_commit on) and only
-//!    then answer.
+//!    row with its outcome, the counters and the inbox row; then COMMIT
+//!    (synchronous_commit on) and only then answer.
 //!
-//! The statements run inside two PL/pgSQL functions (`v2.sql`), `idem_claim` (steps 1–3 up
-//! to the decision) and `idem_apply` (the writes), with BEGIN and COMMIT pipelined beside
-//! them: two round trips per command instead of one per dependent statement.
+//! The statements run inside two PL/pgSQL functions (`v3.sql`), `idem_claim_v3` (steps
+//! 1–3 up to the decision) and `idem_apply_v3` (the writes), with BEGIN and COMMIT
+//! pipelined beside them: two round trips per command instead of one per dependent
+//! statement.
 //!
 //! No correctness comes from this process's memory: the unique indexes, the guarded
 //! updates, the row locks and the single transaction are all in the database. What is
@@ -79,6 +81,7 @@ const SQL_BALANCES: &str = "SELECT account, currency, balance::text FROM account
 const MIGRATIONS: &[(&str, &str)] = &[
     ("facts, keys, balances, inbox", include_str!("v1.sql")),
     ("the command as two functions", include_str!("v2.sql")),
+    ("fewer executor starts per command", include_str!("v3.sql")),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
@@ -304,18 +307,19 @@ fn ms_i64(d: Duration) -> i64 {
 }
 
 // Statements of the command path, prepared once per connection (deadpool's cache) so
-// they can be pipelined. The first three are the functions of `v2.sql`.
+// they can be pipelined. The first three are functions of `v3.sql` and `v2.sql`.
 const SQL_CLAIM: &str = "SELECT state, message_claimed, hash, seq, body, withdrawal_seq, \
-     withdrawal, currency, balance FROM idem_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+     withdrawal, currency, balance \
+     FROM idem_claim_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 const SQL_LOCK: &str = "SELECT currency, balance, refunded, seq FROM idem_lock($1, $2, $3)";
-const SQL_APPLY: &str = "SELECT idem_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-     $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24)";
+const SQL_APPLY: &str = "SELECT idem_apply_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+     $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
 const SQL_INBOX_SEQ: &str = "UPDATE inbox SET seq = $2 WHERE message_id = $1";
 const SQL_COUNT: &str = "INSERT INTO counters (name, shard, n) VALUES ($1, $2, $3) \
      ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n";
 const SQL_QUARANTINE: &str = "INSERT INTO quarantine (at, message_id, reason, payload) \
      VALUES ($1, $2, $3, $4) RETURNING id";
-/// The SQLSTATE `idem_apply` raises when a write disagrees with the decision.
+/// The SQLSTATE `idem_apply_v3` raises when a write disagrees with the decision.
 const DISAGREE: &str = "IDM01";
 
 /// The shards no transaction of this process holds, taken and given back around each
@@ -370,7 +374,7 @@ fn rand_offset() -> u64 {
     h.finish()
 }
 
-/// The arguments of `idem_apply`, in its order.
+/// The arguments of `idem_apply_v3`, in its order.
 struct Apply<'a> {
     seq: i64,
     at: DateTime<Utc>,
@@ -396,10 +400,11 @@ struct Apply<'a> {
     refunded_exists: bool,
     refunded_after: Option<i64>,
     message: Option<&'a str>,
+    hash: &'a [u8],
 }
 
 impl Apply<'_> {
-    fn params(&self) -> [P<'_>; 24] {
+    fn params(&self) -> [P<'_>; 25] {
         [
             &self.seq,
             &self.at,
@@ -425,6 +430,7 @@ impl Apply<'_> {
             &self.refunded_exists,
             &self.refunded_after,
             &self.message,
+            &self.hash,
         ]
     }
 }
@@ -919,7 +925,7 @@ impl PgStore {
     }
 
     /// One attempt: the whole command in one transaction, in two round trips (see
-    /// `v2.sql`): BEGIN + `idem_claim`, then `idem_apply` + COMMIT. A refund takes one
+    /// `v3.sql`): BEGIN + `idem_claim_v3`, then `idem_apply_v3` + COMMIT. A refund takes one
     /// more, `idem_lock`, since the account it locks is read from the withdrawal's fact.
     async fn execute(
         &self,
@@ -1037,7 +1043,7 @@ impl PgStore {
             }
             other => {
                 return Err(Abort::Fail(LedgerError::Unavailable(format!(
-                    "idem_claim answered {other:?}"
+                    "idem_claim_v3 answered {other:?}"
                 ))));
             }
         }
@@ -1098,7 +1104,7 @@ impl PgStore {
         let fact = core::decide(client, key, command, &inputs, seq_u, at);
         let outcome = Outcome::from_fact(&fact);
 
-        // Round trip 2: the effect and the COMMIT. idem_apply checks every write against
+        // Round trip 2: the effect and the COMMIT. idem_apply_v3 checks every write against
         // the decision and raises if one disagrees, which turns the COMMIT into a
         // rollback.
         let mut user = None;
@@ -1152,6 +1158,7 @@ impl PgStore {
             refunded_exists,
             refunded_after: refund.map(|r| r.1),
             message: message_id.filter(|_| message_claimed),
+            hash: fp,
         };
         let stmt = conn.prepare_cached(SQL_APPLY).await?;
         let apply_p = apply.params();
@@ -1190,7 +1197,7 @@ impl PgStore {
             .map_err(|_| self.corrupt(format!("a stored balance {s:?}")))
     }
 
-    /// A key as `idem_claim` answers it when seen: its fingerprint and its fact, if it
+    /// A key as `idem_claim_v3` answers it when seen: its fingerprint and its fact, if it
     /// has one.
     fn key_fact(&self, row: &Row) -> Result<(Fingerprint, Option<Fact>)> {
         let hash: &[u8] = get(row, 2)?;
