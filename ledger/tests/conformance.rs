@@ -1109,6 +1109,82 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// The key's row is inserted at the end of the transaction, after the effect, and the
+    /// advisory lock is what keeps two writers of a key apart; the primary key is the
+    /// backstop for a writer that took no lock. Here such a writer (a session copying
+    /// "w-1"'s done row to "w-9", uncommitted) is ahead of the store's attempt at "w-9":
+    /// the attempt's insert waits for it, fails once it commits, and the rerun finds the
+    /// row and replays it. The withdrawal the attempt had decided is rolled back with it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_row_written_behind_the_lock_is_replayed_not_executed_again() {
+        let Some((env, store, intruder)) = with_alice(
+            "postgres_only::a_key_row_written_behind_the_lock_is_replayed_not_executed_again",
+        )
+        .await
+        else {
+            return;
+        };
+        let first = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        assert_eq!(applied(&first).balance, 400);
+        intruder
+            .batch_execute(
+                "BEGIN; INSERT INTO idem.idempotency_keys \
+                 (client, key, request_hash, status, created_at, seq, response) \
+                 SELECT client, 'w-9', request_hash, status, created_at, seq, response \
+                 FROM idem.idempotency_keys WHERE key = 'w-1'",
+            )
+            .await
+            .unwrap();
+        let attempt = {
+            let store = store.clone();
+            tokio::spawn(async move { submit(&store, "w-9", withdraw("alice", 100, rub())).await })
+        };
+        // Commit only once the attempt is waiting on the intruder's row, so that the
+        // attempt has decided and written its withdrawal first.
+        let mut waited = false;
+        for _ in 0..250 {
+            let n: i64 = intruder
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND query LIKE '%idem_apply_v3%'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if n > 0 {
+                waited = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(waited, "the attempt never waited on the intruder's key row");
+        intruder.batch_execute("COMMIT").await.unwrap();
+        match attempt.await.unwrap() {
+            Submission::Replayed(o) => assert_eq!(o, first),
+            other => panic!("expected the intruder's row replayed, got {other:?}"),
+        }
+        assert_eq!(balance(&store, "alice", rub()).await, Some(400));
+        let facts: i64 = intruder
+            .query_one("SELECT count(*) FROM idem.facts", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            facts, 2,
+            "the deposit and the first withdrawal, nothing else"
+        );
+        // Without the intruder's row, the ledger is whole: the rolled-back attempt left
+        // nothing behind.
+        intruder
+            .batch_execute("DELETE FROM idem.idempotency_keys WHERE key = 'w-9'")
+            .await
+            .unwrap();
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
     /// The schema's last line of defence, whatever writes to it: no negative balance, no
     /// user account named like a system one, and a key's status agrees with its fact and
     /// stored response. Each statement below breaks one rule and is refused.
