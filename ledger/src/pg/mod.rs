@@ -82,6 +82,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("facts, keys, balances, inbox", include_str!("v1.sql")),
     ("the command as two functions", include_str!("v2.sql")),
     ("fewer executor starts per command", include_str!("v3.sql")),
+    ("the rules as domains", include_str!("v4.sql")),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
