@@ -415,6 +415,35 @@ struct Shared {
     failed: Mutex<Option<String>>,
     /// Commit latency and batch sizes, for the metrics.
     metrics: Mutex<CommitMetrics>,
+    /// Last, so that it drops after `db` and `tree`: see [`LockReleased`].
+    _released: LockReleased,
+}
+
+/// Waits, when dropped, until sled's lock on the folder is free again. Dropping sled's
+/// last handle does not quite release the folder: its last buffer writes and file
+/// truncations finish on sled's own I/O threads, which hold the data file (and with it the
+/// lock) a moment longer. A reopen in the same process right after the drop (a restart in
+/// tests, or after a storage failure) would then meet `Locked` now and then. Declared
+/// before the sled handles in `open` and after them in `Shared`, so that it drops after.
+struct LockReleased {
+    /// Set once sled holds the lock: a lock held by someone else is not ours to wait for.
+    data_file: Option<PathBuf>,
+}
+
+impl Drop for LockReleased {
+    fn drop(&mut self) {
+        use fs2::FileExt as _;
+        let Some(Ok(file)) = self.data_file.as_ref().map(File::open) else {
+            return;
+        };
+        // Bounded, so that a stuck sled thread cannot hang the drop: a reopen after the
+        // deadline answers `Locked`, which says what is wrong.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while file.try_lock_exclusive().is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Closing `file` releases the lock if it was taken.
+    }
 }
 
 /// Histogram buckets (upper bounds, microseconds) of commit latency.
@@ -511,12 +540,15 @@ impl Ledger {
         let started = Instant::now();
         let path = config.path.clone();
         let shown = path.display().to_string();
+        // Dropped after `db`, also when opening fails below once sled has opened.
+        let mut released = LockReleased { data_file: None };
         let db = sled::Config::new()
             .path(&path)
             .cache_capacity(config.cache_capacity_bytes)
             .mode(sled::Mode::HighThroughput)
             .open()
             .map_err(|e| open_err(&shown, e))?;
+        released.data_file = Some(path.join("db"));
         let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
         let corrupt = |detail: String| LedgerError::Corrupt {
             path: shown.clone(),
@@ -617,6 +649,7 @@ impl Ledger {
                 clock: config.clock.clone(),
             },
             config,
+            _released: released,
         });
         if fresh {
             // Write the stats record now, so that a later open can tell a new ledger from

@@ -171,3 +171,60 @@ fn a_torn_tail_opens_consistent_or_refuses_clearly() {
         }
     }
 }
+
+/// The last handle's drop returns only once the folder's lock is free, so that a restart in
+/// the same process never meets `Locked`. sled finishes its last buffer writes on its own
+/// I/O threads after its handle is gone, and those hold the data file (with its lock) for a
+/// moment longer: without the wait, some reopen in this loop meets it.
+#[test]
+fn the_folder_reopens_as_soon_as_the_last_handle_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger");
+    let client = ClientId::default_client();
+    let alice = Account::parse("alice").unwrap();
+    let rub = Currency::parse("RUB").unwrap();
+    let rounds: u64 = 150;
+    for i in 0..rounds {
+        let (l, report) = Ledger::open(Config::new(&path))
+            .unwrap_or_else(|e| panic!("reopen {i} after a drop: {e}"));
+        assert_eq!(report.facts, i);
+        l.submit(
+            &client,
+            &Key::parse(&format!("d{i}")).unwrap(),
+            Command::Deposit {
+                account: alice.clone(),
+                amount: Amount::new(1).unwrap(),
+                currency: rub,
+            },
+        )
+        .unwrap();
+        drop(l);
+    }
+    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let balance = l.account(&alice).and_then(|b| b.get(&rub).copied());
+    assert_eq!(balance, Some(i128::from(rounds)));
+}
+
+/// A folder held by a live ledger is refused at once with `Locked`, and the failed open
+/// does not wait for the lock it never held (the wait above is only for the owner's drop).
+#[test]
+fn a_folder_in_use_is_refused_at_once_and_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger");
+    fill(&path, 1);
+    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let started = std::time::Instant::now();
+    let err = Ledger::open(Config::new(&path)).unwrap_err();
+    assert!(matches!(err, LedgerError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
+    // The owner's drop would wait up to 10 s; a refused opener must not.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(l.stats().last_seq, 2);
+    drop(l);
+    let (again, report) = Ledger::open(Config::new(&path)).unwrap();
+    assert_eq!(report.facts, 2);
+    drop(again);
+}
