@@ -5,9 +5,11 @@
 //!   replay keys once.
 //! - [`run`]: keep-alive HTTP/1.1 connections (hyper's client connection, no pool), each
 //!   with one request in flight; as fast as possible, or at a fixed total rate. With a
-//!   rate, every request has a scheduled send time and its latency is measured from that
-//!   time, not from the moment it was actually sent, so a stall in the server is not
-//!   hidden by the generator waiting for it (no coordinated omission).
+//!   rate, every request has a scheduled send time (on a 1 ms grid, see [`pace`]) and its
+//!   latency is measured from that time, not from the moment it was actually sent, so a
+//!   stall in the server is not hidden by the generator waiting for it (no coordinated
+//!   omission). The latency from the actual send and the send's lag behind the schedule
+//!   are reported beside it, so that a late generator can be told from a slow server.
 //!
 //! A run stops issuing at the deadline and waits for the requests in flight, so `first`
 //! (201 answers without `Idempotent-Replayed`) counts every effect the run caused.
@@ -166,6 +168,11 @@ impl Latencies {
 #[derive(Debug, Default)]
 pub struct Tally {
     pub latencies: Latencies,
+    /// The same answers' latencies from the moment each request was actually sent.
+    pub from_send: Latencies,
+    /// With a rate: how late each request was sent after its scheduled time (the
+    /// generator's timer, or the connection still busy with the previous answer).
+    pub send_lag: Latencies,
     /// 201 without `Idempotent-Replayed`: first executions, one per effect.
     pub first: u64,
     /// 201 with `Idempotent-Replayed`.
@@ -186,6 +193,8 @@ pub struct Tally {
 impl Tally {
     fn merge(&mut self, other: Tally) {
         self.latencies.extend(other.latencies);
+        self.from_send.extend(other.from_send);
+        self.send_lag.extend(other.send_lag);
         self.first += other.first;
         self.replayed += other.replayed;
         self.in_flight += other.in_flight;
@@ -198,10 +207,14 @@ impl Tally {
         self.duplicates += other.duplicates;
     }
 
-    fn record(&mut self, answer: Result<(u16, bool)>, latency: Duration) {
+    fn record(&mut self, answer: Result<(u16, bool)>, scheduled: Instant, sent: Instant) {
+        let latency = scheduled.elapsed();
         match answer {
             Ok((status, replayed)) => {
                 self.latencies.record(latency);
+                self.from_send.record(sent.elapsed());
+                self.send_lag
+                    .record(sent.saturating_duration_since(scheduled));
                 match (status, replayed) {
                     (201, false) => self.first += 1,
                     (201, true) => self.replayed += 1,
@@ -361,6 +374,18 @@ impl Report {
             writeln!(out, "{name}_us={}", t.latencies.percentile(per_mille))?;
         }
         writeln!(out, "max_us={}", t.latencies.max())?;
+        for (name, per_mille) in [("p50", 500), ("p99", 990)] {
+            writeln!(
+                out,
+                "{name}_from_send_us={}",
+                t.from_send.percentile(per_mille)
+            )?;
+            writeln!(
+                out,
+                "{name}_send_lag_us={}",
+                t.send_lag.percentile(per_mille)
+            )?;
+        }
         writeln!(out, "first={}", t.first)?;
         writeln!(out, "replayed={}", t.replayed)?;
         writeln!(out, "in_flight={}", t.in_flight)?;
@@ -408,6 +433,55 @@ impl Recent {
     }
 }
 
+/// The fixed-rate schedule, on a grid of one millisecond: the k-th request of the run is
+/// released at the first tick at or after `start + k / rate`, on connection
+/// `k % connections`, and its latency is measured from that tick. A thread of its own
+/// sleeps to each tick (to within the operating system's sleep precision, about 0.1 ms
+/// here) and releases what is due; the connection's task sends it as soon as it is free.
+///
+/// Sleeping in each task instead (tokio's timers, which round up to the next millisecond)
+/// sent each request up to a millisecond after the time its latency was measured from:
+/// about 0.9 ms added to every figure, none of it the server's. Releasing each request
+/// at its exact time instead woke this thread 10,000 times a second on the two cores
+/// the worker shares, disturbing what it measures more than the grid does.
+fn pace(
+    rate: u32,
+    connections: usize,
+    start: Instant,
+    end: Instant,
+) -> Result<Vec<tokio::sync::mpsc::UnboundedReceiver<Instant>>> {
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..connections.max(1))
+        .map(|_| tokio::sync::mpsc::unbounded_channel())
+        .unzip();
+    std::thread::Builder::new()
+        .name("idem-load-pacer".into())
+        .spawn(move || {
+            let mut k: u64 = 0;
+            for tick in 0u32.. {
+                let at = start + Duration::from_millis(u64::from(tick));
+                if at >= end {
+                    break;
+                }
+                let now = Instant::now();
+                if at > now {
+                    std::thread::sleep(at - now);
+                }
+                // Every k with k / rate <= tick ms, that is k * 1000 <= tick * rate.
+                while k * 1000 <= u64::from(tick) * u64::from(rate) {
+                    let index = usize::try_from(k % senders.len() as u64).unwrap_or(0);
+                    if let Some(tx) = senders.get(index) {
+                        // A connection whose task ended (its server went away) drops it.
+                        let _ = tx.send(at);
+                    }
+                    k += 1;
+                }
+            }
+            // Dropping the senders ends every connection's schedule.
+        })
+        .context("starting the pacer thread")?;
+    Ok(receivers)
+}
+
 /// Connection `index`'s `n`-th call of a run without duplicates.
 fn next_call(config: &RunConfig, index: usize, n: u64) -> Call {
     let index = index as u64;
@@ -448,29 +522,30 @@ pub async fn run(config: &RunConfig) -> Result<Report> {
     });
     let start = Instant::now() + Duration::from_millis(50);
     let end = start + config.duration;
+    let mut schedules = match config.rate {
+        Some(rate) => pace(rate, connections, start, end)?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        None => (0..connections).map(|_| None).collect::<Vec<_>>(),
+    };
     let mut tasks = Vec::with_capacity(connections);
     for (index, mut conn) in conns.into_iter().enumerate() {
         let config = config.clone();
         let recent = recent.clone();
+        let mut schedule = schedules.get_mut(index).and_then(Option::take);
         tasks.push(tokio::spawn(async move {
             let mut tally = Tally::default();
             let mut rng = StdRng::seed_from_u64(index as u64);
             tokio::time::sleep_until(start.into()).await;
             let mut n: u64 = 0;
             loop {
-                let scheduled = match config.rate {
-                    Some(rate) => {
-                        // The k-th request of the whole run is due at k / rate;
-                        // connection `index` takes k = n * connections + index.
-                        let k = n * connections as u64 + index as u64;
-                        #[allow(clippy::cast_precision_loss)] // k < 2^53 in any real run
-                        let at = start + Duration::from_secs_f64(k as f64 / f64::from(rate));
-                        if at >= end {
-                            break;
-                        }
-                        tokio::time::sleep_until(at.into()).await;
-                        at
-                    }
+                let scheduled = match &mut schedule {
+                    // The pacer closes the schedule at the deadline.
+                    Some(due) => match due.recv().await {
+                        Some(at) => at,
+                        None => break,
+                    },
                     None => {
                         let now = Instant::now();
                         if now >= end {
@@ -500,8 +575,9 @@ pub async fn run(config: &RunConfig) -> Result<Report> {
                         call
                     }
                 };
+                let sent = Instant::now();
                 let answer = conn.send(&call).await;
-                tally.record(answer, scheduled.elapsed());
+                tally.record(answer, scheduled, sent);
                 n += 1;
             }
             tally
@@ -519,4 +595,50 @@ pub async fn run(config: &RunConfig) -> Result<Report> {
         elapsed,
         tally: total,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pacer releases the k-th request at the first millisecond tick at or after
+    /// k / rate, never before that tick, round-robin over the connections, and ends
+    /// every schedule at the deadline.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_pacer_releases_each_request_on_its_tick_and_never_early() {
+        let (rate, connections, millis) = (7_000u32, 3usize, 40u64);
+        let start = Instant::now() + Duration::from_millis(5);
+        let end = start + Duration::from_millis(millis);
+        let receivers = pace(rate, connections, start, end).unwrap();
+        let mut per_connection = Vec::new();
+        for mut rx in receivers {
+            let mut got = Vec::new();
+            while let Some(at) = rx.recv().await {
+                got.push((at, Instant::now()));
+            }
+            per_connection.push(got);
+        }
+        // Request k went to connection k % 3 as its (k / 3)-th release.
+        let total: usize = per_connection.iter().map(Vec::len).sum();
+        // Every k with k * 1000 <= tick * rate for a tick before the deadline.
+        let expected = usize::try_from((millis - 1) * u64::from(rate) / 1000 + 1).unwrap();
+        assert_eq!(total, expected);
+        for k in 0..total {
+            let (at, received) = per_connection[k % connections][k / connections];
+            let tick = at.duration_since(start).as_micros();
+            assert_eq!(tick % 1000, 0, "request {k} is scheduled off the grid");
+            let tick_ms = u64::try_from(tick / 1000).unwrap();
+            let k = u64::try_from(k).unwrap();
+            // The first tick at or after k / rate.
+            assert!(
+                k * 1000 <= tick_ms * u64::from(rate),
+                "request {k} released early"
+            );
+            assert!(
+                tick_ms == 0 || k * 1000 > (tick_ms - 1) * u64::from(rate),
+                "request {k} held back a tick"
+            );
+            assert!(received >= at, "request {k} arrived before its tick");
+        }
+    }
 }
