@@ -8,32 +8,40 @@ use std::path::Path;
 use ledger::testing::{assert_nothing_removed, listing};
 use ledger::*;
 
-fn fill(path: &Path, n: u64) {
-    let (l, _) = Ledger::open(Config::new(path)).unwrap();
-    let client = ClientId::default_client();
-    let alice = Account::parse("alice").unwrap();
-    let rub = Currency::parse("RUB").unwrap();
-    l.submit(
-        &client,
-        &Key::parse("d").unwrap(),
+/// Submits a deposit (or a withdrawal) of `amount` RUB on alice's account under `key`
+/// for the default client, and expects an answer.
+fn submit(l: &Ledger, key: &str, deposit: bool, amount: u64) {
+    let (account, currency) = (
+        Account::parse("alice").unwrap(),
+        Currency::parse("RUB").unwrap(),
+    );
+    let amount = Amount::new(amount).unwrap();
+    let command = if deposit {
         Command::Deposit {
-            account: alice.clone(),
-            amount: Amount::new(1_000_000).unwrap(),
-            currency: rub,
-        },
+            account,
+            amount,
+            currency,
+        }
+    } else {
+        Command::Withdraw {
+            account,
+            amount,
+            currency,
+        }
+    };
+    l.submit(
+        &ClientId::default_client(),
+        &Key::parse(key).unwrap(),
+        command,
     )
     .unwrap();
+}
+
+fn fill(path: &Path, n: u64) {
+    let (l, _) = Ledger::open(Config::new(path)).unwrap();
+    submit(&l, "d", true, 1_000_000);
     for i in 0..n {
-        l.submit(
-            &client,
-            &Key::parse(&format!("w{i}")).unwrap(),
-            Command::Withdraw {
-                account: alice.clone(),
-                amount: Amount::new(1).unwrap(),
-                currency: rub,
-            },
-        )
-        .unwrap();
+        submit(&l, &format!("w{i}"), false, 1);
     }
     l.shutdown();
 }
@@ -180,27 +188,17 @@ fn a_torn_tail_opens_consistent_or_refuses_clearly() {
 fn the_folder_reopens_as_soon_as_the_last_handle_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger");
-    let client = ClientId::default_client();
-    let alice = Account::parse("alice").unwrap();
-    let rub = Currency::parse("RUB").unwrap();
     let rounds: u64 = 150;
     for i in 0..rounds {
         let (l, report) = Ledger::open(Config::new(&path))
             .unwrap_or_else(|e| panic!("reopen {i} after a drop: {e}"));
         assert_eq!(report.facts, i);
-        l.submit(
-            &client,
-            &Key::parse(&format!("d{i}")).unwrap(),
-            Command::Deposit {
-                account: alice.clone(),
-                amount: Amount::new(1).unwrap(),
-                currency: rub,
-            },
-        )
-        .unwrap();
+        submit(&l, &format!("d{i}"), true, 1);
         drop(l);
     }
     let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let alice = Account::parse("alice").unwrap();
+    let rub = Currency::parse("RUB").unwrap();
     let balance = l.account(&alice).and_then(|b| b.get(&rub).copied());
     assert_eq!(balance, Some(i128::from(rounds)));
 }
