@@ -5,7 +5,7 @@
 //!   replay keys once.
 //! - [`run`]: keep-alive HTTP/1.1 connections (hyper's client connection, no pool), each
 //!   with one request in flight; as fast as possible, or at a fixed total rate. With a
-//!   rate, every request has a scheduled send time (on a 1 ms grid, see [`pace`]) and its
+//!   rate, every request has a scheduled send time (on a 1 ms grid, see `pace`) and its
 //!   latency is measured from that time, not from the moment it was actually sent, so a
 //!   stall in the server is not hidden by the generator waiting for it (no coordinated
 //!   omission). The latency from the actual send and the send's lag behind the schedule
