@@ -206,6 +206,13 @@ impl Metrics {
             one(commit.commands),
         );
         counter(
+            "idem_commit_applies_total",
+            "Writes of staged commands into the store's memory (sled's apply_batch); \
+             at most one per durable batch while the decider keeps up.",
+            "counter",
+            one(commit.applies),
+        );
+        counter(
             "idem_commit_batch_size_max",
             "The largest batch so far.",
             "gauge",

@@ -472,6 +472,9 @@ pub struct CommitMetrics {
     pub commands: u64,
     pub batch_size_max: u64,
     pub last_batch_size: u64,
+    /// `apply_batch` calls that carried commands: at most one per sync when the decider
+    /// keeps up, more when a batch reaches `batch_max` first.
+    pub applies: u64,
 }
 
 fn io_err(e: sled::Error) -> LedgerError {
@@ -1393,16 +1396,44 @@ impl Committer {
     /// The decider's loop; starts the syncer and stops it on shutdown.
     fn run(mut self, rx: Receiver<Request>) {
         let (to_syncer, from_decider) = crossbeam_channel::unbounded::<Applied>();
+        // One token: the syncer has nothing left to sync and waits for the next batch.
+        let (free_tx, syncer_free) = crossbeam_channel::bounded::<()>(1);
         let syncer_shared = self.shared.clone();
         let syncer = std::thread::Builder::new()
             .name("idem-syncer".into())
-            .spawn(move || sync_loop(&syncer_shared, &from_decider));
+            .spawn(move || sync_loop(&syncer_shared, &from_decider, &free_tx));
         let Ok(syncer) = syncer else {
             let _ = self.shared.fail("could not start the syncer thread".into());
             return;
         };
         let max = self.shared.config.batch_max.max(1);
-        while let Ok(first) = rx.recv() {
+        // What is staged waits for the syncer to be free, and is applied then in one
+        // `apply_batch`: each apply costs sled two log writes (the data and the batch's
+        // manifest), each with a `sync_file_range` and a wake-up of sled's I/O pool, while
+        // the flush that makes them durable is one per sync whatever the applies.
+        // Deciding goes on meanwhile, so nothing waits that would not wait anyway.
+        let mut staged = Staged::default();
+        let mut stats = self.stats.clone();
+        loop {
+            let first = if staged.answers.is_empty() {
+                match rx.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                }
+            } else {
+                // The syncer is busy: stage what arrives until it is free. Requests come
+                // first, so a batch takes everything that arrived before the syncer did.
+                crossbeam_channel::select_biased! {
+                    recv(rx) -> r => match r {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    },
+                    recv(syncer_free) -> _ => {
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        continue;
+                    }
+                }
+            };
             let mut requests = vec![first];
             while requests.len() < max {
                 match rx.try_recv() {
@@ -1411,8 +1442,6 @@ impl Committer {
                 }
             }
             let mut stop = false;
-            let mut staged = Staged::default();
-            let mut stats = self.stats.clone();
             for request in requests {
                 match request {
                     Request::Shutdown => stop = true,
@@ -1496,11 +1525,18 @@ impl Committer {
                     }
                 }
             }
-            self.apply(staged, &mut stats, &to_syncer);
             if stop {
                 break;
             }
+            // The token is taken only with something to apply: a token used on nothing
+            // would leave staged commands waiting for a syncer with nothing to sync.
+            if !staged.answers.is_empty()
+                && (staged.answers.len() >= max || syncer_free.try_recv().is_ok())
+            {
+                self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+            }
         }
+        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
         // Everything applied becomes durable and is answered before the threads end.
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
         let barrier = Applied {
@@ -1778,6 +1814,9 @@ impl Committer {
                 self.balances.accounts.insert(account.clone(), per.clone());
             }
             self.stats = stats.clone();
+            if answers.iter().any(|a| matches!(a, Pending::Command { .. })) {
+                self.shared.metrics.lock().applies += 1;
+            }
         }
         let applied = Applied {
             answers,
@@ -1828,8 +1867,15 @@ impl Committer {
 }
 
 /// The syncer's loop: one flush and one fdatasync for every batch applied since the last.
-fn sync_loop(shared: &Shared, rx: &Receiver<Applied>) {
-    while let Ok(first) = rx.recv() {
+fn sync_loop(shared: &Shared, rx: &Receiver<Applied>, free: &Sender<()>) {
+    loop {
+        if rx.is_empty() {
+            // Full already means the decider has not used the last token yet.
+            let _ = free.try_send(());
+        }
+        let Ok(first) = rx.recv() else {
+            break;
+        };
         let mut group = vec![first];
         while let Ok(more) = rx.try_recv() {
             group.push(more);

@@ -462,6 +462,7 @@ fn metrics_health_and_feed() {
         "idem_conflicts_total{kind=\"reused\"} 1",
         "idem_commit_latency_seconds_bucket{le=\"+Inf\"}",
         "idem_commit_batches_total",
+        "idem_commit_applies_total",
         "idem_open_connections",
         "idem_http_answers_total{code=\"applied\"} 5",
         "idem_commands_rejected_total{code=\"insufficient_funds\"} 0",
