@@ -35,7 +35,8 @@ pub struct Config {
     pub lease: Duration,
     /// fdatasync the data file after sled's flush (see ARCHITECTURE.md, durability).
     pub fsync: bool,
-    /// The most commands one batch (one write, one flush) takes.
+    /// The most commands one `apply_batch` takes. Staging waits for a busy syncer only
+    /// until this many; a sync then covers every batch applied meanwhile.
     pub batch_max: usize,
     pub clock: Arc<dyn Clock>,
 }
@@ -1435,7 +1436,8 @@ impl Committer {
                 }
             };
             let mut requests = vec![first];
-            while requests.len() < max {
+            // What is staged counts too: a batch never takes more than `batch_max`.
+            while staged.answers.len() + requests.len() < max {
                 match rx.try_recv() {
                     Ok(r) => requests.push(r),
                     Err(_) => break,
