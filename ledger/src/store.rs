@@ -1355,9 +1355,16 @@ struct Staged {
 }
 
 fn durable(shared: &Shared) -> Result<()> {
+    durable_then(shared, || ())
+}
+
+/// [`durable`], calling `flushed` between sled's flush and the fdatasync: from then on
+/// sled's lock is free, so the decider can apply the next batch while the disk syncs.
+fn durable_then(shared: &Shared, flushed: impl FnOnce()) -> Result<()> {
     // sled's flush syncs with `sync_file_range`, which neither flushes the drive's write
     // cache nor the file's size; fdatasync does both (ARCHITECTURE.md, durability).
     shared.db.flush().map_err(io_err)?;
+    flushed();
     if let Some(f) = &shared.data_file {
         f.sync_data()
             .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
@@ -1887,7 +1894,12 @@ fn sync_loop(shared: &Shared, rx: &Receiver<Applied>, free: &Sender<()>) {
             Some(reason) => Err(LedgerError::Unavailable(reason)),
             None => {
                 crash_point!("sync.before_flush");
-                let synced = durable(shared).map_err(|e| shared.fail(e.to_string()));
+                // Flushed: the decider may apply the next batch now, overlapping our
+                // fdatasync and the answering (sled's flush and apply exclude each other).
+                let synced = durable_then(shared, || {
+                    let _ = free.try_send(());
+                })
+                .map_err(|e| shared.fail(e.to_string()));
                 crash_point!("sync.after_flush");
                 synced
             }
