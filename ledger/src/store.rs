@@ -1404,7 +1404,8 @@ impl Committer {
     /// The decider's loop; starts the syncer and stops it on shutdown.
     fn run(mut self, rx: Receiver<Request>) {
         let (to_syncer, from_decider) = crossbeam_channel::unbounded::<Applied>();
-        // One token: the syncer has nothing left to sync and waits for the next batch.
+        // One token: the syncer is ready for the next batch (its flush returned, or it has
+        // nothing left to sync).
         let (free_tx, syncer_free) = crossbeam_channel::bounded::<()>(1);
         let syncer_shared = self.shared.clone();
         let syncer = std::thread::Builder::new()
@@ -1415,7 +1416,7 @@ impl Committer {
             return;
         };
         let max = self.shared.config.batch_max.max(1);
-        // What is staged waits for the syncer to be free, and is applied then in one
+        // What is staged waits for the syncer's token, and is applied then in one
         // `apply_batch`: each apply costs sled two log writes (the data and the batch's
         // manifest), each with a `sync_file_range` and a wake-up of sled's I/O pool, while
         // the flush that makes them durable is one per sync whatever the applies.
@@ -1429,8 +1430,8 @@ impl Committer {
                     Err(_) => break,
                 }
             } else {
-                // The syncer is busy: stage what arrives until it is free. Requests come
-                // first, so a batch takes everything that arrived before the syncer did.
+                // The syncer is busy: stage what arrives until its token comes. Requests
+                // come first, so a batch takes everything that arrived before the token.
                 crossbeam_channel::select_biased! {
                     recv(rx) -> r => match r {
                         Ok(r) => r,
