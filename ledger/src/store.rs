@@ -736,32 +736,37 @@ impl Ledger {
         // refuses another (reused). A message is only ever refused here: its id must reach
         // the committer, to be checked against the inbox and recorded with its answer.
         let answer = match live {
-            // A live claim of this very command: it is in flight.
-            Some((claimed, ends)) if now < ends && claimed == fingerprint => {
+            // A live claim. What the key durably holds decides, not the claim: a claim of
+            // another command may be an intruder on a key already done with this one (an
+            // inbox message reusing the key, or a takeover), and a claim of this very
+            // command may be a replay on its way through the committer (a done key whose
+            // answer had left the cache), so a true retry is answered meanwhile instead of
+            // being refused or told 409. Only a key that holds nothing durable yet is in
+            // flight. This reads the key on the caller's thread, but only for an arrival
+            // that meets a live claim (a duplicate in flight), never for a first attempt.
+            Some((claimed, ends)) if now < ends => {
                 let left = u64::try_from(ends.millis() - now.millis()).unwrap_or(0);
                 // Retry-After is in whole seconds; the commit usually takes milliseconds.
-                Some(Ok(Submission::InProgress {
+                let in_flight = Submission::InProgress {
                     retry_after: Duration::from_millis(left.clamp(1, 1000))
                         .max(Duration::from_secs(1)),
-                }))
+                };
+                Some(match shared.held(&shard, &ck) {
+                    Err(e) => Err(e),
+                    Ok(Some((stored, held))) if stored == fingerprint => match held {
+                        Held::Cached(_) | Held::Logged(_) if message.is_none() => {
+                            shared.replay(&mut shard, &ck, stored, held)
+                        }
+                        // Done with this command but not flushed yet (a takeover while the
+                        // first attempt's batch is in flight), or a message, whose id must
+                        // reach the committer to be recorded with its answer: come again.
+                        _ => Ok(in_flight),
+                    },
+                    Ok(Some(_)) => Ok(Submission::Reused),
+                    Ok(None) if claimed == fingerprint => Ok(in_flight),
+                    Ok(None) => Ok(Submission::Reused),
+                })
             }
-            // A live claim of another command. It may be an intruder on a key already
-            // done with this one (an inbox message reusing the key, or a takeover): the
-            // key decides, not the claim, or a true retry would be refused meanwhile.
-            Some((_, ends)) if now < ends => Some(match shared.held(&shard, &ck) {
-                Err(e) => Err(e),
-                Ok(Some((stored, held))) if stored == fingerprint => match held {
-                    Held::Cached(_) | Held::Logged(_) if message.is_none() => {
-                        shared.replay(&mut shard, &ck, stored, held)
-                    }
-                    // Done with this command but not flushed yet (a takeover while the
-                    // first attempt's batch is in flight), or a message: come again.
-                    _ => Ok(Submission::InProgress {
-                        retry_after: Duration::from_secs(1),
-                    }),
-                },
-                Ok(_) => Ok(Submission::Reused),
-            }),
             // The lease ran out: take the claim over. The committer decides whether the
             // key is done by now, so this arrival cannot cause a second effect.
             Some(_) => None,

@@ -263,3 +263,53 @@ fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
         "m-new's id is not in the inbox: reused under k2 it was answered {reused:?}"
     );
 }
+
+/// A done key whose answer has left the shards' cache (here: after a restart) is replayed
+/// by the committer, under a claim like any submission. A twin of the same command that
+/// arrived meanwhile was told 409 `request_in_progress`, although the key had been done
+/// for long: a client would retry for nothing, and two concurrent replays of one key met
+/// each other's 409 in the HTTP load bench. The key's durable record answers the twin.
+#[test]
+fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
+    let (dir, ledger, client, first) = done_k1();
+    drop(ledger);
+    let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
+    // Hold the committer so that the first replay's claim stays live.
+    let pause = ledger.pause();
+    let (tx, on_its_way) = std::sync::mpsc::channel();
+    ledger.submit_with(
+        &client,
+        &k("k1"),
+        deposit(100),
+        None,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    let twin = ledger.submit(&client, &k("k1"), deposit(100)).unwrap();
+    let other = ledger.submit(&client, &k("k1"), deposit(101)).unwrap();
+    drop(pause);
+    assert_eq!(twin, Submission::Replayed(first.clone()), "the twin");
+    assert_eq!(other, Submission::Reused, "another command under the claim");
+    let on_its_way = on_its_way.recv().unwrap().unwrap();
+    assert_eq!(on_its_way, Submission::Replayed(first), "the first replay");
+    // A twin of a key that is really in flight is still told so.
+    let pause = ledger.pause();
+    let (tx, new_key) = std::sync::mpsc::channel();
+    ledger.submit_with(
+        &client,
+        &k("k2"),
+        deposit(5),
+        None,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    let twin = ledger.submit(&client, &k("k2"), deposit(5)).unwrap();
+    drop(pause);
+    assert!(matches!(twin, Submission::InProgress { .. }), "{twin:?}");
+    assert!(matches!(
+        new_key.recv().unwrap(),
+        Ok(Submission::Executed(_))
+    ));
+}

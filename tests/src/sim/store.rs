@@ -261,31 +261,30 @@ impl SimStore {
         self.claims.len()
     }
 
-    /// Under a live claim by another command, what the key itself holds decides, as in
+    /// Under a live claim, what the key itself holds decides, as in
     /// `Ledger::submit_with`: done with the arriving command and durable → its replay; done
-    /// with it but not flushed → in flight; anything else → `None` (reused).
+    /// with it but not flushed, or a message → in flight; done with another command →
+    /// reused; nothing yet → `None` (the claim decides).
     fn held_by_key(&mut self, ck: &Ck, fingerprint: Fingerprint, message: bool) -> Option<Answer> {
         let in_flight = Some(Ok(Submission::InProgress {
             retry_after: Duration::from_secs(1),
         }));
+        let reused = Some(Ok(Submission::Reused));
         if let Some((stored, outcome)) = self.answers.get(ck) {
-            if message {
-                return if *stored == fingerprint {
-                    in_flight
-                } else {
-                    None
-                };
-            }
-            return (*stored == fingerprint).then(|| Ok(Submission::Replayed(outcome.clone())));
+            return if *stored != fingerprint {
+                reused
+            } else if message {
+                in_flight
+            } else {
+                Some(Ok(Submission::Replayed(outcome.clone())))
+            };
         }
         let rec = self.tree.keys.get(ck)?;
         if rec.fingerprint != fingerprint {
-            return None;
+            return reused;
         }
         if message || self.durable.keys.get(ck).is_none_or(|d| d.seq != rec.seq) {
-            return Some(Ok(Submission::InProgress {
-                retry_after: Duration::from_secs(1),
-            }));
+            return in_flight;
         }
         let outcome = self.tree.outcome(rec)?;
         self.answers
@@ -320,8 +319,9 @@ impl SimStore {
             let ends = claim.claimed_at.saturating_add_ms(self.config.lease_ms);
             if now < ends {
                 let reused = self.classify(claim.fingerprint, fingerprint) == Seen::Reused;
-                if reused && let Some(answer) = self.held_by_key(ck, fingerprint, message.is_some())
-                {
+                // A claim of this very command may be a replay of a done key on its way
+                // through the decider: the key answers for it too.
+                if let Some(answer) = self.held_by_key(ck, fingerprint, message.is_some()) {
                     return Some(answer);
                 }
                 return Some(Ok(if reused {
