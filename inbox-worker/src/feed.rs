@@ -382,6 +382,55 @@ pub(crate) async fn live_keys(
     json_ok(&json!({"keys": rows, "next": next}))
 }
 
+/// `GET /v1/live/quarantine?after=ID&limit=N`: the messages the inbox kept instead of
+/// applying (a reused message id, a reused key, an undecodable line), oldest first, with
+/// the reason and the payload as received. Paged by id: `next` is the `after` of the next
+/// page, null on a page that is not full.
+pub(crate) async fn quarantine(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    q: Params,
+) -> Response {
+    if let Err(p) = app.operator(&headers) {
+        return app.fail(p);
+    }
+    let p = match params(q) {
+        Ok(p) => p,
+        Err(p) => return app.fail(p),
+    };
+    let limit = match number_param(&p, "limit", 100, 1000) {
+        Ok(n) => to_usize(n.max(1)),
+        Err(p) => return app.fail(p),
+    };
+    let after = match number_param(&p, "after", 0, u64::MAX) {
+        Ok(n) => n,
+        Err(p) => return app.fail(p),
+    };
+    let kept = match app.store.quarantined(after, limit).await {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("ledger error: {e}");
+            return app.fail(Problem::unavailable());
+        }
+    };
+    let next = (kept.len() == limit)
+        .then(|| kept.last().map(|q| q.id))
+        .flatten();
+    let rows: Vec<Value> = kept
+        .iter()
+        .map(|q| {
+            json!({
+                "id": q.id,
+                "at": q.at.to_rfc3339(),
+                "message_id": q.message_id,
+                "reason": q.reason,
+                "payload": q.payload,
+            })
+        })
+        .collect();
+    json_ok(&json!({"quarantined": rows, "next": next}))
+}
+
 pub(crate) async fn live_key(
     State(app): State<Shared>,
     headers: HeaderMap,

@@ -287,6 +287,7 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/v1/live/keys", get(feed::live_keys))
         .route("/v1/live/keys/{client}/{key}", get(feed::live_key))
         .route("/v1/live/stream", get(feed::stream))
+        .route("/v1/live/quarantine", get(feed::quarantine))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(not_found)

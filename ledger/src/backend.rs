@@ -84,7 +84,9 @@ pub trait Store: Send + Sync + 'static {
         reason: String,
         payload: Vec<u8>,
     ) -> Result<u64>;
-    async fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>>;
+    /// The quarantined messages with ids above `after`, oldest first, at most `limit`:
+    /// pass the last id of a page to read the next.
+    async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>>;
     /// Expires the stored responses of done keys older than the retention.
     async fn sweep(&self) -> Result<usize>;
     /// Rebuilds every projection from the log and checks the guarantees.
@@ -165,8 +167,8 @@ impl Store for Ledger {
     ) -> Result<u64> {
         off_thread(self, move |l| l.quarantine(message_id, reason, &payload)).await
     }
-    async fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>> {
-        Ledger::quarantined(self, limit)
+    async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
+        Ledger::quarantined(self, after, limit)
     }
     async fn sweep(&self) -> Result<usize> {
         off_thread(self, Ledger::sweep).await

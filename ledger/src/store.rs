@@ -857,9 +857,12 @@ impl Ledger {
         })
     }
 
-    pub fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>> {
+    /// The quarantined messages with ids above `after`, oldest first, at most `limit`.
+    pub fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
         let mut out = Vec::new();
-        for item in self.shared.tree.scan_prefix([P_QUARANTINE]).take(limit) {
+        let from = quarantine_key(after.saturating_add(1));
+        let range = from..=quarantine_key(u64::MAX);
+        for item in self.shared.tree.range(range).take(limit) {
             let (_, v) = item.map_err(io_err)?;
             out.push(decode("quarantine", &v).map_err(|e| self.shared.corrupt(e))?);
         }

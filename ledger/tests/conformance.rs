@@ -488,7 +488,7 @@ async fn the_inbox_replays_a_redelivery_and_quarantines_a_reused_message_id(env:
     assert_eq!(balance(&store, "alice", rub()).await, Some(100));
     assert_eq!(fact_count(&store).await, 1);
     assert!(store.key(&client(), &key("k-2")).await.unwrap().is_none());
-    let kept = store.quarantined(10).await.unwrap();
+    let kept = store.quarantined(0, 10).await.unwrap();
     assert_eq!(kept.len(), 2);
     assert!(kept.iter().all(|q| q.message_id.as_deref() == Some("m-1")));
     assert!(kept[0].id < kept[1].id);
@@ -497,11 +497,17 @@ async fn the_inbox_replays_a_redelivery_and_quarantines_a_reused_message_id(env:
         .quarantine(None, "invalid_json".into(), b"{nope\0".to_vec())
         .await
         .unwrap();
-    let kept = store.quarantined(10).await.unwrap();
+    let kept = store.quarantined(0, 10).await.unwrap();
     assert_eq!(kept.len(), 3);
     assert_eq!(kept[2].id, id);
     assert_eq!(kept[2].reason, "invalid_json");
     assert!(kept[2].payload.starts_with("{nope"));
+    // Paged by id: a page starts after the last id of the one before.
+    let page = store.quarantined(0, 2).await.unwrap();
+    assert_eq!(page, kept[..2]);
+    let next = store.quarantined(page[1].id, 2).await.unwrap();
+    assert_eq!(next, kept[2..]);
+    assert!(store.quarantined(id, 2).await.unwrap().is_empty());
     assert_verified(&store).await;
     close(store).await;
 }
@@ -768,7 +774,7 @@ async fn reopening_keeps_everything(env: &Env) {
             .collect()
     };
     assert_eq!(strip(&again), strip(&keys));
-    assert_eq!(store.quarantined(10).await.unwrap().len(), 1);
+    assert_eq!(store.quarantined(0, 10).await.unwrap().len(), 1);
     assert_eq!(
         body(&replayed(
             submit(&store, "d-1", deposit("alice", 1_000, rub())).await

@@ -426,8 +426,8 @@ impl Store for Faulty {
     ) -> Result<u64, LedgerError> {
         self.inner.quarantine(message_id, reason, payload).await
     }
-    async fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>, LedgerError> {
-        self.inner.quarantined(limit).await
+    async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>, LedgerError> {
+        self.inner.quarantined(after, limit).await
     }
     async fn sweep(&self) -> Result<usize, LedgerError> {
         self.inner.sweep().await
@@ -643,7 +643,7 @@ async fn amqp_poison_messages_are_dead_lettered_with_their_reason() {
     // One effect: the original deposit. The ledger kept the reused id in its quarantine.
     assert_eq!(facts(&*store).await, 1);
     assert_eq!(balance(&*store, "alice").await, 100);
-    let kept = store.quarantined(10).await.unwrap();
+    let kept = store.quarantined(0, 10).await.unwrap();
     assert!(
         kept.iter()
             .any(|q| q.message_id.as_deref() == Some("m-1")

@@ -373,6 +373,8 @@ fn two_tokens_are_isolated() {
     // Operator endpoints need the operator token.
     problem(&shop.get("/v1/live/snapshot"), 401, "unauthorized");
     assert_eq!(admin.get("/v1/live/snapshot").status, 200);
+    problem(&shop.get("/v1/live/quarantine"), 401, "unauthorized");
+    assert_eq!(admin.get("/v1/live/quarantine").status, 200);
     let one = admin.get("/v1/live/keys/shop/k");
     assert_eq!(one.status, 200, "{}", one.body);
     assert_eq!(one.json()["fact"]["type"], "DepositRecorded");

@@ -72,6 +72,74 @@ fn inbox_file_absorbs_duplicates_and_quarantines_the_rest() {
     assert!(r.replayed);
     assert_eq!(r.json()["seq"], 2);
     assert_eq!(http.last_seq(), 4);
+
+    // The operator reads the quarantine back over HTTP: oldest first, with the reason and
+    // the payload as received, paged by id. The second run of the file quarantined its
+    // five lines again (each delivery is kept), so there are ten.
+    let page = http.get("/v1/live/quarantine?limit=3");
+    assert_eq!(page.status, 200, "{}", page.body);
+    let page = page.json();
+    let rows = page["quarantined"].as_array().unwrap();
+    let seen: Vec<(Option<&str>, &str)> = rows
+        .iter()
+        .map(|r| (r["message_id"].as_str(), r["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(seen.len(), 3, "{page}");
+    assert!(
+        seen[0].0.is_none() && seen[0].1.starts_with("undecodable"),
+        "{page}"
+    );
+    assert!(
+        seen[1].0 == Some("m2") && seen[1].1.starts_with("message_id_reused"),
+        "{page}"
+    );
+    assert!(
+        seen[2].0 == Some("m4") && seen[2].1.starts_with("idempotency_key_reused"),
+        "{page}"
+    );
+    assert!(
+        rows[0]["payload"]
+            .as_str()
+            .unwrap()
+            .contains("this is not json"),
+        "{page}"
+    );
+    assert!(
+        rows[2]["payload"].as_str().unwrap().contains("999"),
+        "{page}"
+    );
+    assert_eq!(page["next"], rows[2]["id"]);
+    let rest = http
+        .get(&format!(
+            "/v1/live/quarantine?after={}&limit=1000",
+            page["next"]
+        ))
+        .json();
+    let rest = rest["quarantined"].as_array().unwrap().clone();
+    assert_eq!(rest.len(), 7, "{rest:?}");
+    assert!(rest[0]["id"].as_u64() > rows[2]["id"].as_u64());
+    assert_eq!(rest[0]["message_id"], "m6");
+    assert_eq!(rest[2]["message_id"], serde_json::Value::Null);
+    let last = http.get(&format!(
+        "/v1/live/quarantine?after={}&limit=7",
+        rows[2]["id"]
+    ));
+    assert_eq!(
+        last.json()["next"],
+        rest[6]["id"],
+        "a full page names the next"
+    );
+    let end = http.get(&format!("/v1/live/quarantine?after={}", rest[6]["id"]));
+    assert_eq!(
+        end.json(),
+        serde_json::json!({"quarantined": [], "next": null})
+    );
+    let bad = http.get("/v1/live/quarantine?after=-1");
+    assert_eq!(
+        (bad.status, bad.code()),
+        (400, "invalid_request".to_owned())
+    );
+
     assert_eq!(w.term().code(), Some(0));
     let out = run(&["verify", "--db", db.to_str().unwrap()]);
     assert!(out.status.success());

@@ -74,13 +74,13 @@ fn path() -> impl Strategy<Value = String> {
             .prop_map(str::to_owned),
         1 => select(vec![
             "/v1/accounts", "/v1/keys", "/v1/facts", "/healthz", "/metrics",
-            "/v1/live/snapshot", "/v1/live/keys", "/", "/v1", "/v1/",
+            "/v1/live/snapshot", "/v1/live/keys", "/v1/live/quarantine", "/", "/v1", "/v1/",
         ])
         .prop_map(str::to_owned),
         1 => (select(vec!["/v1/accounts/", "/v1/keys/"]), segment())
             .prop_map(|(p, s)| format!("{p}{s}")),
         1 => (segment(), segment()).prop_map(|(a, b)| format!("/v1/live/keys/{a}/{b}")),
-        1 => (select(vec!["/v1/facts?", "/v1/keys?", "/v1/live/keys?", "/v1/accounts?"]), q)
+        1 => (select(vec!["/v1/facts?", "/v1/keys?", "/v1/live/keys?", "/v1/live/quarantine?", "/v1/accounts?"]), q)
             .prop_map(|(p, q)| format!("{p}{q}")),
         1 => ("(after|limit|status)", "-?[0-9]{0,25}|[a-z]{0,8}")
             .prop_map(|(k, v)| format!("/v1/facts?{k}={v}&limit={v}")),

@@ -1829,12 +1829,14 @@ impl Store for PgStore {
         self.insert_quarantine(message_id, reason, payload).await
     }
 
-    async fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>> {
+    async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
         let conn = self.conn().await?;
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
         let rows = conn
             .query(
-                "SELECT id, at, message_id, reason, payload FROM quarantine ORDER BY id LIMIT $1",
-                &[&db_limit(limit)],
+                "SELECT id, at, message_id, reason, payload FROM quarantine WHERE id > $1 \
+                 ORDER BY id LIMIT $2",
+                &[&after, &db_limit(limit)],
             )
             .await
             .map_err(|e| pg_err(&e))?;
