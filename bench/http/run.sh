@@ -42,26 +42,14 @@ BIN="$TARGET/release"
 
 TMP=$(mktemp -d -t idem-bench-XXXXXX)
 DB="$TMP/ledger"
-WORKER_PID=""
+# shellcheck source=bench/http/worker.sh
+source "$HERE/worker.sh"
 cleanup() {
-    if [[ -n "$WORKER_PID" ]] && kill -0 "$WORKER_PID" 2>/dev/null; then
-        kill -TERM "$WORKER_PID" 2>/dev/null || true
-        wait "$WORKER_PID" 2>/dev/null || true
-    fi
+    stop_worker
     if [[ "$KEEP" == 1 ]]; then echo "kept $TMP" >&2; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
-
-"$BIN/inbox-worker" serve --db "$DB" --listen 127.0.0.1:0 >"$TMP/worker.out" 2>"$TMP/worker.err" &
-WORKER_PID=$!
-ADDR=""
-for _ in $(seq 1 200); do
-    ADDR=$(sed -n 's|^listening on http://||p' "$TMP/worker.out" | head -n1)
-    [[ -n "$ADDR" ]] && break
-    kill -0 "$WORKER_PID" 2>/dev/null || { cat "$TMP/worker.err" >&2; exit 1; }
-    sleep 0.05
-done
-[[ -n "$ADDR" ]] || { echo "worker did not start" >&2; exit 1; }
+start_worker "$BIN" "$TMP"
 
 LOAD=("$BIN/idem-load" --addr "$ADDR" --connections "$CONNECTIONS" --threads "$THREADS"
     --accounts "$ACCOUNTS" --replay-keys "$REPLAY_KEYS")

@@ -2,6 +2,7 @@
 //! the background tasks that keep them fresh (sweeper, periodic verify, throughput
 //! sampler, fact follower). The feed only reads: it never moves money.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -293,16 +294,26 @@ fn decode_cursor(s: &str) -> Option<(ClientId, Key)> {
     Some((client, key))
 }
 
+/// The query of a paged operator endpoint and its `limit` (100 unless given, at most
+/// 1,000), or the problem to answer: the caller is not the operator, or the query is bad.
+fn operator_page(
+    app: &Shared,
+    headers: &HeaderMap,
+    q: Params,
+) -> Result<(HashMap<String, String>, usize), Problem> {
+    app.operator(headers)?;
+    let p = params(q)?;
+    let limit = to_usize(number_param(&p, "limit", 100, 1000)?.max(1));
+    Ok((p, limit))
+}
+
 pub(crate) async fn live_keys(
     State(app): State<Shared>,
     headers: HeaderMap,
     q: Params,
 ) -> Response {
-    if let Err(p) = app.operator(&headers) {
-        return app.fail(p);
-    }
-    let p = match params(q) {
-        Ok(p) => p,
+    let (p, limit) = match operator_page(&app, &headers, q) {
+        Ok(page) => page,
         Err(p) => return app.fail(p),
     };
     let status = match p.get("status").map(|s| KeyStatus::parse(s)) {
@@ -314,10 +325,6 @@ pub(crate) async fn live_keys(
         None => None,
         Some(Ok(c)) => Some(c),
         Some(Err(_)) => return app.fail(Problem::invalid("client is not a client name")),
-    };
-    let limit = match number_param(&p, "limit", 100, 1000) {
-        Ok(n) => to_usize(n.max(1)),
-        Err(p) => return app.fail(p),
     };
     let mut after = match p.get("after").map(|a| decode_cursor(a)) {
         None => None,
@@ -391,15 +398,8 @@ pub(crate) async fn quarantine(
     headers: HeaderMap,
     q: Params,
 ) -> Response {
-    if let Err(p) = app.operator(&headers) {
-        return app.fail(p);
-    }
-    let p = match params(q) {
-        Ok(p) => p,
-        Err(p) => return app.fail(p),
-    };
-    let limit = match number_param(&p, "limit", 100, 1000) {
-        Ok(n) => to_usize(n.max(1)),
+    let (p, limit) = match operator_page(&app, &headers, q) {
+        Ok(page) => page,
         Err(p) => return app.fail(p),
     };
     let after = match number_param(&p, "after", 0, u64::MAX) {

@@ -150,6 +150,30 @@ fn k(s: &str) -> Key {
     Key::parse(s).unwrap()
 }
 
+type Later = std::sync::mpsc::Receiver<Result<Submission, LedgerError>>;
+
+/// Submits without waiting, as a message when `message` names one; the answer arrives
+/// on the returned channel.
+fn submit_later(
+    ledger: &Ledger,
+    client: &ClientId,
+    key: &str,
+    command: Command,
+    message: Option<&str>,
+) -> Later {
+    let (tx, rx) = std::sync::mpsc::channel();
+    ledger.submit_with(
+        client,
+        &k(key),
+        command,
+        message.map(|m| MessageId::parse(m).unwrap()),
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx
+}
+
 /// Delivers a message without waiting; the answer arrives on the returned channel.
 fn deliver_later(
     ledger: &Ledger,
@@ -157,18 +181,8 @@ fn deliver_later(
     key: &str,
     command: Command,
     message: &str,
-) -> std::sync::mpsc::Receiver<Result<Submission, LedgerError>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    ledger.submit_with(
-        client,
-        &k(key),
-        command,
-        Some(MessageId::parse(message).unwrap()),
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    rx
+) -> Later {
+    submit_later(ledger, client, key, command, Some(message))
 }
 
 /// A message carrying another command under a done key claims the key (the inbox path
@@ -276,16 +290,7 @@ fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
     let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
     // Hold the committer so that the first replay's claim stays live.
     let pause = ledger.pause();
-    let (tx, on_its_way) = std::sync::mpsc::channel();
-    ledger.submit_with(
-        &client,
-        &k("k1"),
-        deposit(100),
-        None,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
+    let on_its_way = submit_later(&ledger, &client, "k1", deposit(100), None);
     let twin = ledger.submit(&client, &k("k1"), deposit(100)).unwrap();
     let other = ledger.submit(&client, &k("k1"), deposit(101)).unwrap();
     drop(pause);
@@ -295,16 +300,7 @@ fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
     assert_eq!(on_its_way, Submission::Replayed(first), "the first replay");
     // A twin of a key that is really in flight is still told so.
     let pause = ledger.pause();
-    let (tx, new_key) = std::sync::mpsc::channel();
-    ledger.submit_with(
-        &client,
-        &k("k2"),
-        deposit(5),
-        None,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
+    let new_key = submit_later(&ledger, &client, "k2", deposit(5), None);
     let twin = ledger.submit(&client, &k("k2"), deposit(5)).unwrap();
     drop(pause);
     assert!(matches!(twin, Submission::InProgress { .. }), "{twin:?}");
