@@ -392,7 +392,8 @@ pub(crate) async fn live_keys(
 /// `GET /v1/live/quarantine?after=ID&limit=N`: the messages the inbox kept instead of
 /// applying (a reused message id, a reused key, an undecodable line), oldest first, with
 /// the reason and the payload as received. Paged by id: `next` is the `after` of the next
-/// page, null on a page that is not full.
+/// page, null on a page that is not full. `order=newest` lists the newest `limit` instead,
+/// newest first, in one answer: what an operator looks at.
 pub(crate) async fn quarantine(
     State(app): State<Shared>,
     headers: HeaderMap,
@@ -406,14 +407,30 @@ pub(crate) async fn quarantine(
         Ok(n) => n,
         Err(p) => return app.fail(p),
     };
-    let kept = match app.store.quarantined(after, limit).await {
+    let newest = match p.get("order").map(String::as_str) {
+        None | Some("oldest") => false,
+        Some("newest") if !p.contains_key("after") => true,
+        Some("newest") => {
+            return app.fail(Problem::invalid(
+                "order=newest lists the newest messages and takes no after",
+            ));
+        }
+        Some(_) => return app.fail(Problem::invalid("order must be oldest or newest")),
+    };
+    let kept = if newest {
+        app.store.quarantined_newest(limit).await
+    } else {
+        app.store.quarantined(after, limit).await
+    };
+    let kept = match kept {
         Ok(k) => k,
         Err(e) => {
             eprintln!("ledger error: {e}");
             return app.fail(Problem::unavailable());
         }
     };
-    let next = (kept.len() == limit)
+    // Only the oldest-first listing pages; the newest are one answer.
+    let next = (!newest && kept.len() == limit)
         .then(|| kept.last().map(|q| q.id))
         .flatten();
     let rows: Vec<Value> = kept

@@ -87,6 +87,8 @@ pub trait Store: Send + Sync + 'static {
     /// The quarantined messages with ids above `after`, oldest first, at most `limit`:
     /// pass the last id of a page to read the next.
     async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>>;
+    /// The newest `limit` quarantined messages, newest first: what an operator looks at.
+    async fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>>;
     /// Expires the stored responses of done keys older than the retention.
     async fn sweep(&self) -> Result<usize>;
     /// Rebuilds every projection from the log and checks the guarantees.
@@ -169,6 +171,9 @@ impl Store for Ledger {
     }
     async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
         Ledger::quarantined(self, after, limit)
+    }
+    async fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        Ledger::quarantined_newest(self, limit)
     }
     async fn sweep(&self) -> Result<usize> {
         off_thread(self, Ledger::sweep).await

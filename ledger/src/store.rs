@@ -859,10 +859,28 @@ impl Ledger {
 
     /// The quarantined messages with ids above `after`, oldest first, at most `limit`.
     pub fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
-        let mut out = Vec::new();
         let from = quarantine_key(after.saturating_add(1));
         let range = from..=quarantine_key(u64::MAX);
-        for item in self.shared.tree.range(range).take(limit) {
+        self.decode_quarantined(self.shared.tree.range(range).take(limit))
+    }
+
+    /// The newest `limit` quarantined messages, newest first.
+    pub fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        let records = self
+            .shared
+            .tree
+            .scan_prefix([P_QUARANTINE])
+            .rev()
+            .take(limit);
+        self.decode_quarantined(records)
+    }
+
+    fn decode_quarantined(
+        &self,
+        records: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    ) -> Result<Vec<Quarantined>> {
+        let mut out = Vec::new();
+        for item in records {
             let (_, v) = item.map_err(io_err)?;
             out.push(decode("quarantine", &v).map_err(|e| self.shared.corrupt(e))?);
         }

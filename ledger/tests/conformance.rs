@@ -508,6 +508,10 @@ async fn the_inbox_replays_a_redelivery_and_quarantines_a_reused_message_id(env:
     let next = store.quarantined(page[1].id, 2).await.unwrap();
     assert_eq!(next, kept[2..]);
     assert!(store.quarantined(id, 2).await.unwrap().is_empty());
+    // The newest first, for an operator's screen.
+    let newest = store.quarantined_newest(2).await.unwrap();
+    assert_eq!(newest, [kept[2].clone(), kept[1].clone()]);
+    assert_eq!(store.quarantined_newest(10).await.unwrap().len(), 3);
     assert_verified(&store).await;
     close(store).await;
 }

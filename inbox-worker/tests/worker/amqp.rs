@@ -429,6 +429,9 @@ impl Store for Faulty {
     async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>, LedgerError> {
         self.inner.quarantined(after, limit).await
     }
+    async fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>, LedgerError> {
+        self.inner.quarantined_newest(limit).await
+    }
     async fn sweep(&self) -> Result<usize, LedgerError> {
         self.inner.sweep().await
     }

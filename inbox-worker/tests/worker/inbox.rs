@@ -139,6 +139,25 @@ fn inbox_file_absorbs_duplicates_and_quarantines_the_rest() {
         (bad.status, bad.code()),
         (400, "invalid_request".to_owned())
     );
+    // The newest first, in one answer: the second run's m8, m6, then m4.
+    let newest = http.get("/v1/live/quarantine?order=newest&limit=3").json();
+    let ids: Vec<&serde_json::Value> = newest["quarantined"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["message_id"])
+        .collect();
+    assert_eq!(ids, ["m8", "m6", "m4"], "{newest}");
+    assert_eq!(newest["quarantined"][0]["id"], rest[6]["id"]);
+    assert_eq!(newest["next"], serde_json::Value::Null);
+    for bad in ["order=newest&after=1", "order=sideways"] {
+        let r = http.get(&format!("/v1/live/quarantine?{bad}"));
+        assert_eq!(
+            (r.status, r.code()),
+            (400, "invalid_request".to_owned()),
+            "{bad}"
+        );
+    }
 
     assert_eq!(w.term().code(), Some(0));
     let out = run(&["verify", "--db", db.to_str().unwrap()]);

@@ -1220,6 +1220,27 @@ impl PgStore {
         Fact::decode(seq, body).map_err(|e| self.corrupt(e.to_string()))
     }
 
+    /// Runs a query of the quarantine's rows (id, at, message_id, reason, payload).
+    async fn select_quarantined(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Quarantined>> {
+        let conn = self.conn().await?;
+        let rows = conn.query(sql, params).await.map_err(|e| pg_err(&e))?;
+        rows.iter()
+            .map(|row| {
+                Ok(Quarantined {
+                    id: u64::try_from(get::<i64>(row, 0)?).unwrap_or(0),
+                    at: from_db_time(get(row, 1)?),
+                    message_id: get(row, 2)?,
+                    reason: get(row, 3)?,
+                    payload: get(row, 4)?,
+                })
+            })
+            .collect()
+    }
+
     async fn insert_quarantine(
         &self,
         message_id: Option<String>,
@@ -1830,27 +1851,21 @@ impl Store for PgStore {
     }
 
     async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
-        let conn = self.conn().await?;
         let after = i64::try_from(after).unwrap_or(i64::MAX);
-        let rows = conn
-            .query(
-                "SELECT id, at, message_id, reason, payload FROM quarantine WHERE id > $1 \
-                 ORDER BY id LIMIT $2",
-                &[&after, &db_limit(limit)],
-            )
-            .await
-            .map_err(|e| pg_err(&e))?;
-        rows.iter()
-            .map(|row| {
-                Ok(Quarantined {
-                    id: u64::try_from(get::<i64>(row, 0)?).unwrap_or(0),
-                    at: from_db_time(get(row, 1)?),
-                    message_id: get(row, 2)?,
-                    reason: get(row, 3)?,
-                    payload: get(row, 4)?,
-                })
-            })
-            .collect()
+        self.select_quarantined(
+            "SELECT id, at, message_id, reason, payload FROM quarantine WHERE id > $1 \
+             ORDER BY id LIMIT $2",
+            &[&after, &db_limit(limit)],
+        )
+        .await
+    }
+
+    async fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        self.select_quarantined(
+            "SELECT id, at, message_id, reason, payload FROM quarantine ORDER BY id DESC LIMIT $1",
+            &[&db_limit(limit)],
+        )
+        .await
     }
 
     async fn sweep(&self) -> Result<usize> {
