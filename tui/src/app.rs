@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, VecDeque};
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use crate::model::{
-    Account, AccountsPage, Conflict, FactRow, KeyCounts, KeyRecord, KeyStatus, KeysPage, Snapshot,
+    Account, AccountsPage, Conflict, FactRow, KeyCounts, KeyRecord, KeyStatus, KeysPage,
+    QuarantinePage, Snapshot,
 };
 
 /// Keys asked of the server per page: enough to fill a tall terminal, small enough
@@ -46,6 +47,8 @@ pub enum Data {
     },
     KeyDetail(Box<KeyRecord>),
     Accounts(AccountsPage),
+    /// The newest quarantined messages.
+    Quarantine(QuarantinePage),
     /// New facts after the last one received; `reset` when the tail starts over
     /// (first connection, a worker with a new database, or the dashboard fell behind).
     Facts {
@@ -223,6 +226,7 @@ pub struct Feed {
     pub keys: Option<KeysPage>,
     pub detail: Option<KeyRecord>,
     pub accounts: Option<AccountsPage>,
+    pub quarantine: Option<QuarantinePage>,
     pub facts: VecDeque<FactRow>,
 }
 
@@ -357,6 +361,10 @@ impl App {
             Data::Accounts(page) => {
                 self.problems.remove("accounts");
                 self.feed.accounts = Some(page);
+            }
+            Data::Quarantine(page) => {
+                self.problems.remove("quarantine");
+                self.feed.quarantine = Some(page);
             }
             Data::Facts { facts, reset } => {
                 self.problems.remove("facts");

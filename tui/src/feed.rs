@@ -10,7 +10,10 @@ use serde::de::DeserializeOwned;
 use ureq::Agent;
 
 use crate::app::{Data, Event, KeyQuery, View, Wants};
-use crate::model::{AccountsPage, FactsPage, KeyRecord, KeysPage, Snapshot};
+use crate::model::{AccountsPage, FactsPage, KeyRecord, KeysPage, QuarantinePage, Snapshot};
+
+/// The conflicts view shows at most this many of the newest quarantined messages.
+const QUARANTINE_ROWS: usize = 20;
 
 /// 4 Hz: the contract's minimum refresh rate.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -141,6 +144,20 @@ impl Poller {
                 if let Some(record) = record {
                     send(Data::KeyDetail(Box::new(record)));
                 }
+            }
+        }
+        if wants.view == View::Conflicts {
+            let params = [
+                ("order", "newest".to_string()),
+                ("limit", QUARANTINE_ROWS.to_string()),
+            ];
+            let page: Option<QuarantinePage> = self.endpoint(
+                "quarantine",
+                self.get("/v1/live/quarantine", &params),
+                &mut send,
+            )?;
+            if let Some(page) = page {
+                send(Data::Quarantine(page));
             }
         }
         if wants.view == View::Balances {

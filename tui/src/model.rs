@@ -195,6 +195,26 @@ pub struct AccountsPage {
     pub sums: BTreeMap<Clean, Units>,
 }
 
+/// `GET /v1/live/quarantine?order=newest`: what the inbox kept instead of applying.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct QuarantinePage {
+    /// Newest first.
+    pub quarantined: Vec<Quarantined>,
+}
+
+/// One quarantined message: the payload is the client's text, as received.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Quarantined {
+    pub id: u64,
+    pub at: Clean,
+    /// `null` when the message could not be read at all.
+    pub message_id: Option<Clean>,
+    pub reason: Clean,
+    pub payload: Clean,
+}
+
 /// One fact of `GET /v1/facts`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]

@@ -18,7 +18,9 @@ use serde_json::Value;
 use crate::app::{
     App, BalanceSort, ConflictSort, Connection, KeySort, STALE_TICKS, TREND_WINDOW, View,
 };
-use crate::model::{Account, ConflictKind, FactRow, KeyRecord, KeyStatus, Snapshot, Units};
+use crate::model::{
+    Account, ConflictKind, FactRow, KeyRecord, KeyStatus, Quarantined, Snapshot, Units,
+};
 use crate::sanitize::{Clean, sanitize};
 
 pub const MIN_WIDTH: u16 = 40;
@@ -933,10 +935,29 @@ fn target(record: &KeyRecord) -> String {
 // ---------------------------------------------------------------- conflicts
 
 fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
-    let roomy = roomy(area);
     let Some(snapshot) = &app.shown().snapshot else {
         draw_waiting(frame, area, app, theme);
         return;
+    };
+    // The quarantine takes the lower part of the view, only when there is one: messages
+    // refused by the inbox are conflicts of the broker's kind.
+    let quarantined = app
+        .shown()
+        .quarantine
+        .as_ref()
+        .map(|q| q.quarantined.as_slice())
+        .unwrap_or_default();
+    // Both panels are framed alike, as the whole view would be.
+    let roomy = roomy(area);
+    let area = if quarantined.is_empty() || area.height < 12 {
+        area
+    } else {
+        let rows = u16::try_from(quarantined.len()).unwrap_or(u16::MAX);
+        let lower = rows.saturating_add(3).min(area.height / 2);
+        let [upper, lower_area] =
+            Layout::vertical([Constraint::Fill(1), Constraint::Length(lower)]).areas(area);
+        draw_quarantine(frame, lower_area, roomy, quarantined, theme);
+        upper
     };
     let counters = &snapshot.counters;
     let mut title = if roomy {
@@ -1032,6 +1053,75 @@ fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         app.selected[View::Conflicts.index()],
         theme,
     );
+}
+
+/// The newest messages the inbox kept instead of applying, newest first, below the
+/// conflicts; `roomy` is the whole view's.
+fn draw_quarantine(
+    frame: &mut Frame,
+    area: Rect,
+    roomy: bool,
+    quarantined: &[Quarantined],
+    theme: Theme,
+) {
+    let title = format!("Quarantined by the inbox · newest {}", quarantined.len());
+    let inner = panel(frame, area, title, roomy, theme);
+    let wide = inner.width >= 64;
+    let (header, widths) = if wide {
+        (
+            vec!["time", "message", "reason", "payload"],
+            vec![
+                Constraint::Length(8),
+                Constraint::Length(12),
+                Constraint::Length(22),
+                Constraint::Fill(1),
+            ],
+        )
+    } else {
+        (
+            vec!["time", "reason", "payload"],
+            vec![
+                Constraint::Length(8),
+                Constraint::Length(12),
+                Constraint::Fill(1),
+            ],
+        )
+    };
+    let rows = quarantined.iter().map(|q| {
+        // The reason starts with its code ("message_id_reused: …"); the rest is prose.
+        let code = q
+            .reason
+            .as_str()
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let time = clock_time(&q.at);
+        let payload = q.payload.to_string();
+        let cells: Vec<Cell> = if wide {
+            let message = q
+                .message_id
+                .as_ref()
+                .map_or_else(|| "-".to_string(), ToString::to_string);
+            vec![
+                Cell::from(time),
+                Cell::from(message),
+                Cell::from(Span::styled(code, theme.bad())),
+                Cell::from(payload),
+            ]
+        } else {
+            vec![
+                Cell::from(time),
+                Cell::from(Span::styled(code, theme.bad())),
+                Cell::from(payload),
+            ]
+        };
+        Row::new(cells)
+    });
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(theme.header()))
+        .flex(Flex::Start);
+    frame.render_widget(table, inner);
 }
 
 // ---------------------------------------------------------------- balances

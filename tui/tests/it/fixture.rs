@@ -3,7 +3,7 @@
 
 use ledger_tui::App;
 use ledger_tui::app::{Data, Event};
-use ledger_tui::model::{AccountsPage, FactRow, KeysPage, Snapshot};
+use ledger_tui::model::{AccountsPage, FactRow, KeysPage, QuarantinePage, Snapshot};
 use serde_json::{Value, json};
 
 pub const SERVER: &str = "http://127.0.0.1:7420";
@@ -169,6 +169,22 @@ pub fn live_app(color: bool) -> App {
         reset: true,
     }));
     app
+}
+
+/// Three quarantined messages, newest first; one payload carries a terminal escape.
+pub fn quarantine() -> QuarantinePage {
+    serde_json::from_value(json!({"quarantined": [
+        {"id": 12, "at": "2026-11-30T11:59:50.000Z", "message_id": "m-77",
+         "reason": "message_id_reused: this message id was delivered before with another payload",
+         "payload": "{\"key\":\"ord-9\",\"command\":\"withdraw\"}"},
+        {"id": 11, "at": "2026-11-30T11:59:20.000Z", "message_id": "m-76",
+         "reason": "idempotency_key_reused: the key already holds another command; nothing changed",
+         "payload": "{\"message_id\":\"m-76\",\"key\":\"ord-2\",\"command\":{\"type\":\"withdraw\"}}"},
+        {"id": 10, "at": "2026-11-30T11:58:00.000Z", "message_id": null,
+         "reason": "undecodable: the line is not JSON",
+         "payload": "not json \u{1b}[2J\u{9b}31mred"}
+    ]}))
+    .unwrap()
 }
 
 pub fn data(data: Data) -> Event {

@@ -132,6 +132,16 @@ fn conflicts() {
     check("conflicts", &app);
 }
 
+/// The inbox's quarantine under the conflicts, newest first, once the feed has one; a
+/// payload's escape sequence does not reach the screen. At 40x12 there is no room for it.
+#[test]
+fn conflicts_with_quarantine() {
+    let mut app = live_app(true);
+    app.handle(data(Data::Quarantine(fixture::quarantine())));
+    press(&mut app, "3");
+    check("conflicts_quarantine", &app);
+}
+
 #[test]
 fn balances() {
     let mut app = live_app(true);
