@@ -147,6 +147,7 @@ conformance!(
     reopening_keeps_everything,
     after_shutdown_submissions_are_refused,
     two_workers_on_one_store_make_one_effect_per_key,
+    retries_of_a_done_key_are_replayed_while_a_twin_holds_a_claim,
 );
 
 // ---- helpers --------------------------------------------------------------------------
@@ -868,6 +869,57 @@ async fn two_workers_on_one_store_make_one_effect_per_key(env: &Env) {
         close(b).await;
     }
     close(a).await;
+}
+
+/// Retries of a key done long ago, all at once: first 40 identical ones, then 40 with 8
+/// other bodies among them. The store is reopened before each round, so no answer is
+/// cached in its memory: the first arrival takes a claim to read the key, and every
+/// arrival that meets a live claim is answered from the key's durable record: its replay,
+/// or `Reused` for another body. None is told 409, since nothing about the key is in
+/// flight, and no true retry is refused because another body holds the claim.
+async fn retries_of_a_done_key_are_replayed_while_a_twin_holds_a_claim(env: &Env) {
+    let store = env.open().await;
+    let first = executed(submit(&store, "d1", deposit("alice", 1_000, rub())).await);
+    close(store).await;
+    for others in [0, 8] {
+        env.clock.advance_ms(HOUR_MS);
+        let store = env.open().await;
+        let retries = 40;
+        let barrier = Arc::new(tokio::sync::Barrier::new(retries + others));
+        let tasks: Vec<_> = (0..retries + others)
+            .map(|i| {
+                let (store, barrier) = (store.clone(), barrier.clone());
+                // Every sixth arrival carries another amount under the key.
+                let other = i < 6 * others && i % 6 == 5;
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let amount = if other { 999 } else { 1_000 };
+                    let answer = submit(&store, "d1", deposit("alice", amount, rub())).await;
+                    (other, answer)
+                })
+            })
+            .collect();
+        let (mut replays, mut refused, mut in_progress, mut wrong) = (0, 0, 0, Vec::new());
+        for t in tasks {
+            match t.await.unwrap() {
+                (false, Submission::Replayed(o)) if o == first => replays += 1,
+                (true, Submission::Reused) => refused += 1,
+                (_, Submission::InProgress { .. }) => in_progress += 1,
+                other => wrong.push(other),
+            }
+        }
+        assert_eq!(
+            (replays, refused, in_progress),
+            (retries, others, 0),
+            "{in_progress} of {} told in progress, {} answered otherwise: {wrong:?}",
+            retries + others,
+            wrong.len()
+        );
+        assert_eq!(balance(&store, "alice", rub()).await, Some(1_000));
+        assert_eq!(fact_count(&store).await, 1);
+        assert!(store.pending().is_empty());
+        close(store).await;
+    }
 }
 
 // ---- PostgreSQL only -------------------------------------------------------------------

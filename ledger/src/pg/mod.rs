@@ -26,7 +26,10 @@
 //! No correctness comes from this process's memory: the unique indexes, the guarded
 //! updates, the row locks and the single transaction are all in the database. What is
 //! kept here is observation (pending keys, counters of replays and conflicts) and a short
-//! cut that answers a twin arriving at this same process without a round trip.
+//! cut for a twin arriving at this same process while its first is running: it reads the
+//! key's committed row instead of waiting on the first's lock, and that row decides, as
+//! on sled (a done key is replayed, or refused for another command; only a key with
+//! nothing committed is in flight).
 //!
 //! Differences from sled, all from sharing the database between writers:
 //! - Sequence numbers come from a sequence: a rolled-back attempt leaves a gap, and two
@@ -854,39 +857,34 @@ impl PgStore {
         }
         let fingerprint = command.fingerprint();
         let now = inner.rules.clock.now();
-        {
-            // A twin already running in this process: answer as sled does, without a
-            // round trip. The database would answer the same after the in-flight wait.
+        let live = {
             let mut claims = inner.claims.lock();
-            if let Some(claim) = claims.get(&ck) {
-                let ends = claim.since.saturating_add_ms(ms_i64(inner.rules.lease));
-                if now < ends {
-                    let reused = claim.fingerprint != fingerprint;
-                    drop(claims);
-                    self.note(&ck, false);
-                    if reused {
-                        inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
-                        return Ok(Submission::Reused);
-                    }
-                    inner.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
-                    return Ok(Submission::InProgress {
-                        retry_after: RETRY_AFTER,
-                    });
+            match claims.get(&ck) {
+                Some(claim) if now < claim.since.saturating_add_ms(ms_i64(inner.rules.lease)) => {
+                    Some(claim.fingerprint)
                 }
-                // Past its lease: the database decides (the server has ended a session
-                // that hung that long, so its claim is gone).
+                // No claim, or one past its lease: the database decides (the server has
+                // ended a session that hung that long, so its claim is gone).
+                _ => {
+                    let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
+                    claims.insert(
+                        ck.clone(),
+                        Claim {
+                            fingerprint,
+                            token,
+                            since: now,
+                            command: command.clone(),
+                        },
+                    );
+                    flight.token = Some(token);
+                    None
+                }
             }
-            let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
-            claims.insert(
-                ck.clone(),
-                Claim {
-                    fingerprint,
-                    token,
-                    since: now,
-                    command: command.clone(),
-                },
-            );
-            flight.token = Some(token);
+        };
+        if let Some(claimed) = live {
+            return self
+                .answer_under_claim(&ck, claimed, fingerprint, message.is_some())
+                .await;
         }
         let started = Instant::now();
         let deadline = self.attempt_deadline();
@@ -923,6 +921,79 @@ impl PgStore {
         self.record_latency(started);
         drop(flight);
         answer
+    }
+
+    /// An arrival that meets a live claim of this process on its key (a twin running
+    /// here). What the key durably holds decides, as on sled, not the claim: the claim may
+    /// be a retry of a key done long ago on its way through the database, or another
+    /// command under a done key, and a true retry is then answered with its replay rather
+    /// than told 409 or refused. Only a key with nothing committed is in flight. One read
+    /// of the key's row, without its lock: a done row never changes its answer, and
+    /// waiting on the twin's lock would turn a slow replay into a 409.
+    async fn answer_under_claim(
+        &self,
+        ck: &(ClientId, Key),
+        claimed: Fingerprint,
+        fingerprint: Fingerprint,
+        message: bool,
+    ) -> Result<Submission> {
+        let inner = &*self.inner;
+        let in_flight = Submission::InProgress {
+            retry_after: RETRY_AFTER,
+        };
+        let answer = match self.done_key(ck).await? {
+            Some((stored, _)) if stored != fingerprint => Submission::Reused,
+            Some((_, fact)) if !message => {
+                inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
+                inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
+                Submission::Replayed(Outcome::from_fact(&fact))
+            }
+            // A message must be recorded in the inbox with the key's fact, which takes a
+            // transaction of its own: it comes again once the twin is done.
+            Some(_) => in_flight,
+            None if claimed == fingerprint => in_flight,
+            None => Submission::Reused,
+        };
+        let counter = match &answer {
+            Submission::Replayed(_) => &inner.replayed,
+            Submission::Reused => &inner.conflicts_reused,
+            _ => &inner.conflicts_in_flight,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        self.note(ck, matches!(answer, Submission::Replayed(_)));
+        Ok(answer)
+    }
+
+    /// A done (or expired) key's fingerprint and fact, read as committed; `None` for a key
+    /// with no row.
+    async fn done_key(
+        &self,
+        (client, key): &(ClientId, Key),
+    ) -> Result<Option<(Fingerprint, Fact)>> {
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let stmt = conn
+            .prepare_cached(
+                "SELECT k.request_hash, f.seq, f.body \
+                 FROM idempotency_keys k LEFT JOIN facts f ON f.seq = k.seq \
+                 WHERE k.client = $1 AND k.key = $2",
+            )
+            .await
+            .map_err(pg)?;
+        let Some(row) = conn
+            .query_opt(&stmt, &[&client.as_str(), &key.as_str()])
+            .await
+            .map_err(pg)?
+        else {
+            return Ok(None);
+        };
+        let (stored, fact) = self.key_fact(&row, 0)?;
+        let fact = fact.ok_or_else(|| {
+            self.corrupt(format!(
+                "key {key:?} of {client:?} is committed without its fact"
+            ))
+        })?;
+        Ok(Some((stored, fact)))
     }
 
     /// One attempt: the whole command in one transaction, in two round trips (see
@@ -1012,7 +1083,7 @@ impl PgStore {
                 });
             }
             "seen" => {
-                let (stored, existing) = self.key_fact(&row)?;
+                let (stored, existing) = self.key_fact(&row, 2)?;
                 if core::classify(Some(stored), fingerprint) == Seen::Reused {
                     tx.rollback().await?;
                     inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
@@ -1198,16 +1269,16 @@ impl PgStore {
             .map_err(|_| self.corrupt(format!("a stored balance {s:?}")))
     }
 
-    /// A key as `idem_claim_v3` answers it when seen: its fingerprint and its fact, if it
-    /// has one.
-    fn key_fact(&self, row: &Row) -> Result<(Fingerprint, Option<Fact>)> {
-        let hash: &[u8] = get(row, 2)?;
+    /// A key as `idem_claim_v3` answers it when seen (from column 2) or a plain read of its
+    /// row (from column 0): its fingerprint, then its fact's seq and body, if it has one.
+    fn key_fact(&self, row: &Row, from: usize) -> Result<(Fingerprint, Option<Fact>)> {
+        let hash: &[u8] = get(row, from)?;
         let fingerprint = Fingerprint(
             hash.try_into()
                 .map_err(|_| self.corrupt("a key's fingerprint of the wrong length".into()))?,
         );
-        let seq: Option<i64> = get(row, 3)?;
-        let body: Option<&[u8]> = get(row, 4)?;
+        let seq: Option<i64> = get(row, from + 1)?;
+        let body: Option<&[u8]> = get(row, from + 2)?;
         let fact = match (seq, body) {
             (Some(seq), Some(body)) => Some(self.decode(seq, body)?),
             _ => None,
