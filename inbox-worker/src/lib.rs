@@ -35,10 +35,11 @@ pub mod demo;
 pub mod feed;
 pub mod fuzzing;
 pub mod inbox;
-mod listener;
+pub mod listener;
 pub mod load;
 pub mod metrics;
 pub mod server;
 pub mod wire;
 
+pub use listener::Limits;
 pub use server::{ApiOptions, ServeConfig, run_server, serve};

@@ -167,9 +167,25 @@ struct ServeArgs {
     /// while the ledger holds at most 20,000 facts; verify larger ones offline.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     verify_every: Duration,
-    /// Connections beyond this wait to be accepted.
+    /// Open connections at most. At the cap a new client is still served: the oldest
+    /// idle connection (else one that has not sent a whole request) is closed for it.
     #[arg(long, default_value_t = 1024)]
     max_connections: usize,
+    /// How long a client has to send a request's head, from connecting or from its
+    /// first byte.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    header_timeout: Duration,
+    /// How long a client has to send a request's body, from its first byte (then 408).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    body_timeout: Duration,
+    /// How long a keep-alive connection may wait idle for its next request (and a
+    /// response may wait for a client that does not read it).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    idle_timeout: Duration,
+    /// On SIGTERM, how long requests already read may run to their answer before their
+    /// connections are closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    shutdown_grace: Duration,
     /// Also consume inbox messages from RabbitMQ, e.g. amqp://guest:guest@127.0.0.1:5672/%2f.
     /// Each is acked only once its outcome is durable.
     #[arg(
@@ -373,7 +389,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             in_flight_wait: args.in_flight_wait,
             sweep_every,
             verify_every: args.verify_every,
-            max_connections: args.max_connections,
+            limits: inbox_worker::Limits {
+                max_connections: args.max_connections.max(1),
+                header_timeout: args.header_timeout,
+                body_timeout: args.body_timeout,
+                idle_timeout: args.idle_timeout,
+                shutdown_grace: args.shutdown_grace,
+            },
             amqp_stats: None,
         },
     };

@@ -20,6 +20,8 @@ pub struct Metrics {
     answers: Mutex<BTreeMap<&'static str, u64>>,
     pub open_connections: AtomicI64,
     pub connections_total: AtomicU64,
+    /// Connections the listener closed, by reason (`Closed` as index, less one).
+    closed: [AtomicU64; 6],
     conflicts: Mutex<VecDeque<Value>>,
     throughput: Mutex<VecDeque<Value>>,
     pub verify: Mutex<Option<Value>>,
@@ -31,6 +33,14 @@ impl Metrics {
             conflicts: Mutex::new(VecDeque::with_capacity(CONFLICTS_MAX)),
             ..Self::default()
         }
+    }
+
+    pub fn closed(&self, reason: crate::listener::Closed) {
+        self.closed[reason as usize - 1].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn closed_count(&self, reason: crate::listener::Closed) -> u64 {
+        self.closed[reason as usize - 1].load(Ordering::Relaxed)
     }
 
     pub fn answered(&self, code: &'static str) {
@@ -168,6 +178,21 @@ impl Metrics {
             "HTTP connections accepted.",
             "counter",
             one(self.connections_total.load(Ordering::Relaxed)),
+        );
+        counter(
+            "idem_connections_closed_total",
+            "HTTP connections the worker closed, by reason: a phase's timeout, room for a \
+             new client (evicted), or a stop.",
+            "counter",
+            crate::listener::Closed::ALL
+                .iter()
+                .map(|r| {
+                    (
+                        format!("{{reason=\"{}\"}}", r.label()),
+                        self.closed_count(*r).to_string(),
+                    )
+                })
+                .collect(),
         );
         // The ledger's buckets are cumulative-free counts in microseconds; Prometheus
         // wants cumulative counts with upper bounds in seconds.

@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{broadcast, watch};
 
 use crate::feed;
-use crate::listener::CountedListener;
+use crate::listener::{self, BodyTimeout, Limits};
 use crate::metrics::Metrics;
 use crate::wire::{self, CommandKind};
 
@@ -47,8 +47,8 @@ pub struct ApiOptions {
     pub sweep_every: Duration,
     /// How often `verify` runs for the snapshot (it also runs at start).
     pub verify_every: Duration,
-    /// Connections beyond this wait to be accepted.
-    pub max_connections: usize,
+    /// The connection cap and each phase's timeout (see `listener`).
+    pub limits: Limits,
     /// The RabbitMQ consumer's counters, for /metrics, when the worker runs one.
     pub amqp_stats: Option<Arc<crate::amqp::AmqpStats>>,
 }
@@ -61,7 +61,7 @@ impl Default for ApiOptions {
             in_flight_wait: Duration::from_millis(20),
             sweep_every: Duration::from_secs(5),
             verify_every: Duration::from_secs(600),
-            max_connections: 1024,
+            limits: Limits::default(),
             amqp_stats: None,
         }
     }
@@ -246,20 +246,26 @@ where
         stop: stop_rx,
     });
     let background = feed::spawn_background(app.clone());
-    let listener = CountedListener::new(listener, app.metrics.clone(), app.options.max_connections);
     let stop = stop_tx.clone();
-    let served = axum::serve(listener, router(app.clone()))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // Ends the event streams too, which would otherwise hold the shutdown open.
-            let _ = stop.send(true);
-        })
-        .await;
+    let trigger = tokio::spawn(async move {
+        shutdown.await;
+        // Ends the event streams too, which would otherwise hold the shutdown open.
+        let _ = stop.send(true);
+    });
+    listener::serve(
+        listener,
+        router(app.clone()),
+        app.options.limits,
+        app.metrics.clone(),
+        stop_tx.subscribe(),
+    )
+    .await;
+    trigger.abort();
     let _ = stop_tx.send(true);
     for task in background {
         let _ = task.await;
     }
-    served.context("serving HTTP")
+    Ok(())
 }
 
 /// The state every handler shares.
@@ -292,7 +298,63 @@ pub(crate) fn router(app: Shared) -> Router {
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), framing))
         .with_state(app)
+}
+
+/// Refuses a body framed or coded in a way the worker does not decode, before any
+/// handler sees it: hyper frames `Transfer-Encoding: gzip, chunked` by its last coding
+/// and would hand the handler the still-gzipped bytes, and a proxy in front that decodes
+/// the coding would then have seen another request than the worker. Only `chunked` (and
+/// an identity content coding) is spoken; anything else changes nothing.
+async fn framing(
+    State(app): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let headers = request.headers();
+    let codings = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| v.to_str().unwrap_or("?").split(','))
+            .map(|c| c.trim().to_ascii_lowercase())
+            .filter(|c| !c.is_empty())
+            .collect::<Vec<_>>()
+    };
+    let transfer = codings(header::TRANSFER_ENCODING);
+    if transfer.iter().any(|c| c != "chunked") {
+        return fail_and_close(
+            &app,
+            Problem::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "transfer_coding_unsupported",
+                "The worker decodes no transfer coding but chunked; nothing changed.",
+            )
+            .detail("send the body with a Content-Length, or chunked with no other coding"),
+        );
+    }
+    let content = codings(header::CONTENT_ENCODING);
+    if content.iter().any(|c| c != "identity") {
+        return fail_and_close(
+            &app,
+            Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "content_coding_unsupported",
+                "The worker takes bodies without a content coding; nothing changed.",
+            )
+            .detail("send the JSON body uncompressed"),
+        );
+    }
+    next.run(request).await
+}
+
+/// A refusal sent before the body was read: what follows on the socket is not a request.
+fn fail_and_close(app: &App, p: Problem) -> Response {
+    let mut r = app.fail(p);
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }
 
 // ---- problems -----------------------------------------------------------------------------
@@ -560,10 +622,29 @@ async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes,
                 .is_some()
             {
                 too_large()
+            } else if caused_by::<BodyTimeout>(&*inner) {
+                Problem::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    "The request body did not arrive in time; nothing changed.",
+                )
             } else {
                 Problem::invalid("the body could not be read")
             }
         })
+}
+
+/// Whether `E` is `e` or anywhere in its chain of sources (the body's errors arrive
+/// wrapped by each layer they pass).
+fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<E>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// The order of checks: who, which key, how big, what. Each refusal leaves the key unused.
@@ -578,6 +659,8 @@ async fn command(app: Shared, kind: CommandKind, headers: HeaderMap, body: Body)
     };
     let bytes = match read_body(&headers, body).await {
         Ok(b) => b,
+        // The rest of a late body may still come: the connection cannot be reused.
+        Err(p) if p.status == StatusCode::REQUEST_TIMEOUT => return fail_and_close(&app, p),
         Err(p) => return app.fail(p),
     };
     let command = match wire::parse_body(kind, &bytes) {

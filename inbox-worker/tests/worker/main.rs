@@ -12,6 +12,7 @@ mod crash_loop;
 mod damaged;
 mod durability;
 mod fuzz_corpus;
+mod hostile;
 mod inbox;
 mod no_5xx;
 mod postgres;

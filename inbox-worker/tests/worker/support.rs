@@ -104,6 +104,10 @@ impl Worker {
         let _ = child.wait();
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
     pub fn http(&self) -> Http {
         Http::new(&self.base)
     }
