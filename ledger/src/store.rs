@@ -1545,6 +1545,17 @@ impl Committer {
                             ),
                         };
                         match answer {
+                            // Nothing was staged for it (a refund of a withdrawal in
+                            // flight): answered now, and its claim released, so that its
+                            // retry is not told 409 by its own claim.
+                            Ok(answer @ Submission::InProgress { .. }) => {
+                                self.shared.release(&ck, token);
+                                self.shared.shard(&ck).lock().note(&ck, false);
+                                self.shared
+                                    .conflicts_in_flight
+                                    .fetch_add(1, Ordering::Relaxed);
+                                reply(Ok(answer));
+                            }
                             Ok(answer) => staged.answers.push(Pending::Command {
                                 ck,
                                 token,
@@ -1672,6 +1683,11 @@ impl Committer {
                 }
             });
         }
+        if self.withdrawal_in_flight(staged, ck, &command)? {
+            return Ok(Submission::InProgress {
+                retry_after: Duration::from_secs(1),
+            });
+        }
         // The swap: decide and stage the fact with everything it changes.
         let inputs = self.inputs(staged, client, &command)?;
         let seq = stats.last_seq + 1;
@@ -1740,6 +1756,38 @@ impl Committer {
             );
             staged.inbox.insert(message_id, fingerprint);
         }
+    }
+
+    /// Whether `command` is a refund whose withdrawal is claimed and not decided yet: its
+    /// key (the refund's client, the withdrawal's key) has a claim but no record, in this
+    /// batch or on disk. That happens when the refund overtook its withdrawal: the
+    /// withdrawal was claimed, but queued after the refund. Deciding now would store
+    /// `withdrawal_not_found` for ever under the refund's key, so the refund is told to
+    /// come again instead. A refund that names its own key sees its own claim, which is
+    /// no withdrawal. The claim is looked at first: a withdrawal that is not in flight
+    /// costs no read.
+    fn withdrawal_in_flight(
+        &self,
+        staged: &Staged,
+        ck: &(ClientId, Key),
+        command: &Command,
+    ) -> Result<bool> {
+        let Command::Refund { withdrawal, .. } = command else {
+            return Ok(false);
+        };
+        let wk = (ck.0.clone(), withdrawal.clone());
+        if wk == *ck || !self.shared.shard(&wk).lock().claims.contains_key(&wk) {
+            return Ok(false);
+        }
+        if staged.keys.contains_key(&wk) {
+            return Ok(false);
+        }
+        let on_disk = self
+            .shared
+            .tree
+            .contains_key(scoped_key(P_KEY, &wk.0, wk.1.as_str()))
+            .map_err(io_err)?;
+        Ok(!on_disk)
     }
 
     /// Loads what the decision reads: the account, and for a refund its withdrawal.

@@ -57,6 +57,12 @@ impl Env {
     }
 
     async fn open(&self) -> Arc<dyn Store> {
+        self.open_with_handle().await.0
+    }
+
+    /// [`Env::open`], with the sled store's own handle too, for what only it offers
+    /// (holding its committer); `None` on PostgreSQL.
+    async fn open_with_handle(&self) -> (Arc<dyn Store>, Option<Ledger>) {
         let rules = self.rules();
         match &self.backing {
             Backing::Sled(dir) => {
@@ -68,13 +74,13 @@ impl Env {
                     .await
                     .unwrap()
                     .unwrap();
-                Arc::new(ledger)
+                (Arc::new(ledger.clone()), Some(ledger))
             }
             Backing::Pg(db) => {
                 let (store, _) = PgStore::open(&db.url, rules, PgOptions::default())
                     .await
                     .unwrap();
-                Arc::new(store)
+                (Arc::new(store), None)
             }
         }
     }
@@ -148,6 +154,7 @@ conformance!(
     after_shutdown_submissions_are_refused,
     two_workers_on_one_store_make_one_effect_per_key,
     retries_of_a_done_key_are_replayed_while_a_twin_holds_a_claim,
+    a_refund_of_a_withdrawal_in_flight_is_in_progress_until_it_is_decided,
 );
 
 // ---- helpers --------------------------------------------------------------------------
@@ -922,6 +929,120 @@ async fn retries_of_a_done_key_are_replayed_while_a_twin_holds_a_claim(env: &Env
     }
 }
 
+/// A refund sent while its withdrawal is in flight (claimed, not yet decided) is told 409,
+/// with nothing stored under its key; once the withdrawal is done, the same refund key
+/// applies. A withdrawal that does not exist or was rejected is still
+/// `withdrawal_not_found`, final, and so is a refund that names its own key (its own claim
+/// is no withdrawal in flight).
+async fn a_refund_of_a_withdrawal_in_flight_is_in_progress_until_it_is_decided(env: &Env) {
+    let (store, ledger) = env.open_with_handle().await;
+    executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+    let (early, withdrawal) = match (&env.backing, &ledger) {
+        (Backing::Sled(_), Some(ledger)) => refund_held_on_sled(ledger).await,
+        (Backing::Pg(db), _) => refund_held_on_postgres(&store, &db.url).await,
+        (Backing::Sled(_), None) => unreachable!(),
+    };
+    assert!(
+        matches!(early, Submission::InProgress { .. }),
+        "a refund of a withdrawal in flight: {early:?}"
+    );
+    assert_eq!(applied(&executed(withdrawal)).balance, 400);
+    assert!(store.key(&client(), &key("r-1")).await.unwrap().is_none());
+    let r1 = executed(submit(&store, "r-1", refund("w-1", 30)).await);
+    assert_eq!(
+        (applied(&r1).balance, applied(&r1).refunded_total),
+        (430, Some(30))
+    );
+    replayed(submit(&store, "r-1", refund("w-1", 30)).await);
+
+    let o = executed(submit(&store, "r-2", refund("w-nope", 1)).await);
+    assert_eq!(o.rejection(), Some(Rejection::WithdrawalNotFound));
+    let w2 = executed(submit(&store, "w-2", withdraw("alice", 5_000, rub())).await);
+    assert_eq!(w2.rejection(), Some(Rejection::InsufficientFunds));
+    let o = executed(submit(&store, "r-3", refund("w-2", 1)).await);
+    assert_eq!(o.rejection(), Some(Rejection::WithdrawalNotFound));
+    let o = executed(submit(&store, "r-self", refund("r-self", 1)).await);
+    assert_eq!(o.rejection(), Some(Rejection::WithdrawalNotFound));
+    assert_eq!(balance(&store, "alice", rub()).await, Some(430));
+    assert_verified(&store).await;
+    drop(ledger);
+    close(store).await;
+}
+
+/// sled: the committer is held while the refund "r-1" is queued and then the withdrawal
+/// "w-1" is claimed and queued behind it, so the refund is decided while the withdrawal is
+/// claimed and not yet decided. Returns the refund's answer, then the withdrawal's.
+async fn refund_held_on_sled(ledger: &Ledger) -> (Submission, Submission) {
+    let queue = |k: &str, command: Command| {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        ledger.submit_with(
+            &client(),
+            &key(k),
+            command,
+            None,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx
+    };
+    let pause = ledger.pause();
+    let refund_answer = queue("r-1", refund("w-1", 30));
+    let withdrawal_answer = queue("w-1", withdraw("alice", 100, rub()));
+    drop(pause);
+    (
+        refund_answer.await.unwrap().unwrap(),
+        withdrawal_answer.await.unwrap().unwrap(),
+    )
+}
+
+/// PostgreSQL: the withdrawal "w-1" is submitted while another session holds alice's row,
+/// so its transaction holds the key's claim and waits; the refund "r-1" is submitted
+/// meanwhile, then the row is let go. Returns the refund's answer, then the withdrawal's.
+async fn refund_held_on_postgres(store: &Arc<dyn Store>, url: &str) -> (Submission, Submission) {
+    let locker = session(url).await;
+    locker
+        .batch_execute("BEGIN; SELECT * FROM idem.accounts WHERE account = 'alice' FOR UPDATE")
+        .await
+        .unwrap();
+    let withdrawal = {
+        let store = store.clone();
+        tokio::spawn(async move { submit(&store, "w-1", withdraw("alice", 100, rub())).await })
+    };
+    // Watched from a session outside any transaction: inside one, pg_stat_activity is read
+    // once and kept, so the locker would never see the withdrawal start waiting.
+    let watcher = session(url).await;
+    let mut waiting = false;
+    for _ in 0..250 {
+        let n: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%idem_claim_v3%'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            waiting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(waiting, "the withdrawal never waited on alice's row");
+    let refund_answer = submit(store, "r-1", refund("w-1", 30)).await;
+    locker.batch_execute("COMMIT").await.unwrap();
+    (refund_answer, withdrawal.await.unwrap())
+}
+
+async fn session(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
 // ---- PostgreSQL only -------------------------------------------------------------------
 
 mod postgres_only {
@@ -942,14 +1063,6 @@ mod postgres_only {
         let store = env.open().await;
         executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
         Some((env, store, other))
-    }
-
-    async fn session(url: &str) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        client
     }
 
     /// Workers starting together each apply the migrations or find them applied.

@@ -197,10 +197,15 @@ fn catches_facts_recorded_out_of_time_order() {
 }
 
 #[test]
+fn catches_a_refund_decided_while_its_withdrawal_is_in_flight() {
+    caught(Mutation::RefundOvertakesWithdrawal);
+}
+
+#[test]
 fn every_mutation_has_a_test() {
     assert_eq!(
         Mutation::ALL.len(),
-        7,
+        8,
         "add a catches_* test for the new mutation"
     );
 }

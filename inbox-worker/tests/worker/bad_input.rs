@@ -435,7 +435,8 @@ fn bad_input_catalogue() {
     assert!(failed.is_empty(), "failed rows: {failed:?}");
     sums_zero(&http);
 
-    // A refund racing its withdrawal: every refund is applied or finds no withdrawal yet.
+    // A refund racing its withdrawal: every refund is applied, finds no withdrawal yet, or
+    // (its withdrawal in flight) is told to come again and then applies.
     refund_races_its_withdrawal(&http);
     sums_zero(&http);
     assert_eq!(w.term().code(), Some(0));
@@ -453,7 +454,7 @@ fn bad_input_catalogue() {
 fn refund_races_its_withdrawal(http: &Http) {
     assert_eq!(http.deposit("race-dep", "racer", 1_000_000).status, 201);
     let rounds = 40;
-    let mut applied = 0;
+    let (mut applied, mut retried) = (0, 0);
     for i in 0..rounds {
         let barrier = Arc::new(Barrier::new(2));
         let (h1, b1) = (http.clone(), barrier.clone());
@@ -464,20 +465,31 @@ fn refund_races_its_withdrawal(http: &Http) {
             h1.withdraw(&wk, "racer", 10)
         });
         barrier.wait();
-        let refund = http.post(
-            R,
-            Some(&format!("race-r-{i}")),
-            &format!(r#"{{"withdrawal":"{wkey}","amount":10}}"#),
+        let (rkey, rbody) = (
+            format!("race-r-{i}"),
+            format!(r#"{{"withdrawal":"{wkey}","amount":10}}"#),
         );
+        let refund = http.post(R, Some(&rkey), &rbody);
         let wd = t.join().unwrap();
         assert_eq!(wd.status, 201, "withdrawal {i}: {}", wd.body);
         match refund.status {
             201 => applied += 1,
             422 => assert_eq!(refund.code(), "withdrawal_not_found", "{}", refund.body),
+            409 => {
+                assert_eq!(refund.code(), "request_in_progress", "{}", refund.body);
+                // Nothing was stored under the refund's key: now that the withdrawal is
+                // done, the same key applies.
+                let again = http.post(R, Some(&rkey), &rbody);
+                assert_eq!(again.status, 201, "refund {i} retried: {}", again.body);
+                retried += 1;
+            }
             s => panic!("refund {i}: {s} {}", refund.body),
         }
     }
-    eprintln!("refund race: {applied} of {rounds} refunds won");
+    eprintln!(
+        "refund race: {applied} of {rounds} refunds won, {retried} were told 409 and applied \
+         when retried"
+    );
 }
 
 fn replay_after_expiry() {

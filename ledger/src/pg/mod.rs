@@ -86,6 +86,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
     ("the command as two functions", include_str!("v2.sql")),
     ("fewer executor starts per command", include_str!("v3.sql")),
     ("the rules as domains", include_str!("v4.sql")),
+    (
+        "a refund waits for its withdrawal in flight",
+        include_str!("v5.sql"),
+    ),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
@@ -311,11 +315,13 @@ fn ms_i64(d: Duration) -> i64 {
 }
 
 // Statements of the command path, prepared once per connection (deadpool's cache) so
-// they can be pipelined. The first three are functions of `v3.sql` and `v2.sql`.
+// they can be pipelined. The first four are functions of `v3.sql`, `v2.sql` and `v5.sql`.
 const SQL_CLAIM: &str = "SELECT state, message_claimed, hash, seq, body, withdrawal_seq, \
      withdrawal, currency, balance \
      FROM idem_claim_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 const SQL_LOCK: &str = "SELECT currency, balance, refunded, seq FROM idem_lock($1, $2, $3)";
+const SQL_WITHDRAWAL: &str =
+    "SELECT state, withdrawal_seq, withdrawal FROM idem_withdrawal_v5($1, $2, $3, $4)";
 const SQL_APPLY: &str = "SELECT idem_apply_v3($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
      $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)";
 const SQL_INBOX_SEQ: &str = "UPDATE inbox SET seq = $2 WHERE message_id = $1";
@@ -964,6 +970,17 @@ impl PgStore {
         Ok(answer)
     }
 
+    /// Whether this process holds a live claim on the key: a command of it is under way.
+    fn claimed_here(&self, client: &ClientId, key: &Key) -> bool {
+        let now = self.inner.rules.clock.now();
+        let lease = ms_i64(self.inner.rules.lease);
+        self.inner
+            .claims
+            .lock()
+            .get(&(client.clone(), key.clone()))
+            .is_some_and(|claim| now < claim.since.saturating_add_ms(lease))
+    }
+
     /// A done (or expired) key's fingerprint and fact, read as committed; `None` for a key
     /// with no row.
     async fn done_key(
@@ -1120,10 +1137,35 @@ impl PgStore {
             }
         }
 
+        // A refund whose withdrawal has no row may have overtaken it: the withdrawal may be
+        // in flight, its transaction holding the key's claim and not committed yet, or
+        // claimed in this process and not yet there. Decided now, the refund would be
+        // withdrawal_not_found for ever, so it waits for the key's lock as a twin would
+        // (at most the in-flight wait) and reads the withdrawal again (`v5.sql`); still
+        // missing while this process holds a live claim on it, or the wait ran out, the
+        // refund is told 409 with nothing stored. A refund that names its own key holds
+        // that claim itself. An extra round trip, only for a withdrawal that was not there.
+        let settled;
+        let (withdrawal_seq, withdrawal_body): (Option<i64>, Option<&[u8]>) = match command {
+            Command::Refund { withdrawal, .. }
+                if withdrawal != key && get::<Option<i64>>(&row, 5)?.is_none() =>
+            {
+                let stmt = conn.prepare_cached(SQL_WITHDRAWAL).await?;
+                let w = withdrawal.as_str();
+                let p: [P; 4] = [&c, &w, &wait_ms, &lease_ms];
+                settled = conn.query_one(&stmt, &p).await?;
+                let seq: Option<i64> = get(&settled, 1)?;
+                if get::<&str>(&settled, 0)? == "in_flight"
+                    || (seq.is_none() && self.claimed_here(client, withdrawal))
+                {
+                    return Err(Abort::InFlight);
+                }
+                (seq, get(&settled, 2)?)
+            }
+            _ => (get(&row, 5)?, get(&row, 6)?),
+        };
         // A refund: the withdrawal's fact names the account; lock it and the withdrawal's
         // refunded total, then take the number (round trip 1b).
-        let withdrawal_seq: Option<i64> = get(&row, 5)?;
-        let withdrawal_body: Option<&[u8]> = get(&row, 6)?;
         let withdrawal = match (withdrawal_seq, withdrawal_body) {
             (Some(seq), Some(body)) => match self.decode(seq, body)?.body {
                 FactBody::WithdrawalRecorded {

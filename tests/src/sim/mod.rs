@@ -10,7 +10,8 @@
 //! is resolved, the reference model (`model.rs`) checks: one effect per intent, no
 //! acknowledged outcome lost or changed, no negative user balance, every currency summing
 //! to zero, replays identical (every answer as an outcome, a rotating third of the keys
-//! byte for byte after expiry).
+//! byte for byte after expiry), and no refund rejected as `withdrawal_not_found` while its
+//! withdrawal was claimed and not yet decided (it must be told 409 and retried).
 //!
 //! A run is a pure function of its seed: `SEED=n cargo test -p idem-tests --test
 //! simulation -- --nocapture` replays seed n with a step trace.
@@ -43,10 +44,13 @@ pub enum Mutation {
     ForgetRefunds,
     /// A fact takes the clock's time even when it is earlier than the last fact's.
     ClockNotClamped,
+    /// A refund whose withdrawal is claimed and not decided yet is decided anyway, as
+    /// `withdrawal_not_found`, instead of being told to come again.
+    RefundOvertakesWithdrawal,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::ReuseIsReplay,
         Mutation::RedeliveryExecutesAgain,
         Mutation::LoseFlushedBatch,
@@ -54,6 +58,7 @@ impl Mutation {
         Mutation::SweepForgetsKey,
         Mutation::ForgetRefunds,
         Mutation::ClockNotClamped,
+        Mutation::RefundOvertakesWithdrawal,
     ];
 }
 

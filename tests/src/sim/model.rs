@@ -357,6 +357,49 @@ impl Model {
         Ok(())
     }
 
+    /// Checks what one turn of the decider wrote to `data` (the facts after seq `after`),
+    /// given the keys that held a claim when it began (`claimed`: every key with a request
+    /// taken and not yet answered). A refund must not be decided while its withdrawal is
+    /// in flight: rejected as `withdrawal_not_found` with the withdrawal's key claimed
+    /// and no fact for it earlier in the log, its key holds a final answer the client
+    /// never asked for, where it must be told 409 and come again.
+    pub fn check_decided(
+        &self,
+        data: &Data,
+        after: u64,
+        claimed: &BTreeSet<Ck>,
+    ) -> Result<(), String> {
+        for (seq, fact) in data.facts.range(after.saturating_add(1)..) {
+            let FactBody::CommandRejected {
+                command: Command::Refund { withdrawal, .. },
+                rejection: Rejection::WithdrawalNotFound,
+            } = &fact.body
+            else {
+                continue;
+            };
+            let wk = (fact.client.clone(), withdrawal.clone());
+            let is_withdrawal = self
+                .intent_of(&wk.0, &wk.1)
+                .is_some_and(|i| matches!(self.specs[i].command, Command::Withdraw { .. }));
+            if !is_withdrawal || !claimed.contains(&wk) {
+                continue;
+            }
+            let decided_before = data
+                .facts
+                .range(..*seq)
+                .any(|(_, f)| f.client == wk.0 && f.key == wk.1);
+            if !decided_before {
+                return Err(format!(
+                    "fact {seq}: the refund {:?}/{:?} was rejected as withdrawal_not_found, \
+                     final, while its withdrawal {:?} was claimed and not yet decided: it \
+                     must be told 409 and retried",
+                    fact.client, fact.key, wk.1
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The end: every intent has exactly one fact, and its answer is the one first heard.
     pub fn check_final(&mut self, data: &Data) -> Result<(), String> {
         self.folded = Folded::default();

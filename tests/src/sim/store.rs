@@ -6,8 +6,9 @@
 //! inbox by message id, the stats record written with every batch; claims with a lease and
 //! the answer cache in memory; the decider staging a batch of at most `batch_max` commands
 //! with the compare-and-swap on the key, then one atomic apply, then one flush for every
-//! batch applied since, and answers only after that flush. Decisions are the real
-//! `ledger::core::classify` and `ledger::core::decide`, answers the real
+//! batch applied since, and answers only after that flush (but for a refund whose
+//! withdrawal is still in flight, told 409 at once with nothing staged). Decisions are the
+//! real `ledger::core::classify` and `ledger::core::decide`, answers the real
 //! `Outcome::from_fact`, so the code under test is the ledger's own.
 //!
 //! The state is split the way a crash splits it: `durable` is what the last flush wrote;
@@ -392,8 +393,22 @@ impl SimStore {
         let mut staged = Staged::default();
         let mut stats = self.tree.stats.clone();
         let mut answers = Vec::with_capacity(requests.len());
+        // Answers given while staging, before any crash point: a refund of a withdrawal
+        // in flight, told 409 with nothing staged and its claim released at once.
+        let mut at_once = Vec::new();
         for req in requests {
             let answer = self.stage(&mut staged, &mut stats, now, &req);
+            if matches!(answer, Ok(Submission::InProgress { .. })) {
+                if self
+                    .claims
+                    .get(&req.ck)
+                    .is_some_and(|c| c.token == req.token)
+                {
+                    self.claims.remove(&req.ck);
+                }
+                at_once.push((req.ticket, answer));
+                continue;
+            }
             answers.push(Pending {
                 ticket: req.ticket,
                 ck: req.ck,
@@ -404,7 +419,7 @@ impl SimStore {
         }
         if crash == Some(Point::BeforeApply) {
             self.crash();
-            return Vec::new();
+            return at_once;
         }
         staged.writes.push(Write::Stats(stats));
         self.apply(Batch {
@@ -413,7 +428,7 @@ impl SimStore {
         });
         if crash == Some(Point::AfterApply) {
             self.crash();
-            return Vec::new();
+            return at_once;
         }
         if self.mutation == Mutation::AnswerBeforeFlush {
             let answers = self
@@ -421,9 +436,9 @@ impl SimStore {
                 .last_mut()
                 .map(|b| std::mem::take(&mut b.answers))
                 .unwrap_or_default();
-            return self.publish(answers);
+            at_once.extend(self.publish(answers));
         }
-        Vec::new()
+        at_once
     }
 
     fn apply(&mut self, batch: Batch) {
@@ -482,6 +497,11 @@ impl SimStore {
                 },
             };
         }
+        if self.withdrawal_in_flight(staged, req) {
+            return Ok(Submission::InProgress {
+                retry_after: Duration::from_secs(1),
+            });
+        }
         let inputs = self.inputs(staged, client, &req.command);
         let seq = stats.last_seq + 1;
         let at = if self.mutation == Mutation::ClockNotClamped {
@@ -528,6 +548,21 @@ impl SimStore {
         self.note_message(staged, req, seq);
         staged.keys.insert(req.ck.clone(), (req.fingerprint, fact));
         Ok(Submission::Executed(outcome))
+    }
+
+    /// `Committer::withdrawal_in_flight`: a refund whose withdrawal's key (the refund's
+    /// client) is claimed and holds nothing yet, in this batch or in the tree, is not
+    /// decided now. The mutant decides it anyway.
+    fn withdrawal_in_flight(&self, staged: &Staged, req: &Request) -> bool {
+        let Command::Refund { withdrawal, .. } = &req.command else {
+            return false;
+        };
+        let wk = (req.ck.0.clone(), withdrawal.clone());
+        self.mutation != Mutation::RefundOvertakesWithdrawal
+            && wk != req.ck
+            && self.claims.contains_key(&wk)
+            && !staged.keys.contains_key(&wk)
+            && !self.tree.keys.contains_key(&wk)
     }
 
     fn note_message(&self, staged: &mut Staged, req: &Request, seq: u64) {

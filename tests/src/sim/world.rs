@@ -3,7 +3,7 @@
 //! at-least-once broker with its consumer, a clock that jumps both ways, and the scheduler
 //! that lets one seeded RNG choose what happens next.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ledger::{Account, Amount, ClientId, Command, Currency, Fingerprint, Key, MessageId, Outcome};
 use ledger::{Submission, Timestamp};
@@ -582,7 +582,7 @@ impl World {
     fn decide(&mut self) {
         self.note(|| format!("decider takes {} queued", self.store.queued()));
         let crash = self.fire([Point::BeforeApply, Point::AfterApply]);
-        let answers = self.store.decide(self.ts(), crash);
+        let answers = self.decider_turn(crash);
         self.route(answers);
         if crash.is_some() {
             self.died();
@@ -597,6 +597,27 @@ impl World {
         if crash.is_some() {
             self.died();
         }
+    }
+
+    /// One turn of the store's decider, and the model's check of what it decided against
+    /// the keys that were claimed when it began (a claim lives exactly while its request
+    /// waits for an answer: from being queued to its answer, or to a crash).
+    fn decider_turn(&mut self, crash: Option<Point>) -> Vec<(Ticket, Answer)> {
+        let claimed: BTreeSet<Ck> = self
+            .tickets
+            .values()
+            .map(|origin| match origin {
+                Origin::Http { intent, .. } => *intent,
+                Origin::Broker { message } => self.messages[*message].intent,
+            })
+            .map(|intent| self.intents[intent].ck.clone())
+            .collect();
+        let after = self.store.tree().stats.last_seq;
+        let answers = self.store.decide(self.ts(), crash);
+        if let Err(e) = self.model.check_decided(self.store.tree(), after, &claimed) {
+            self.fail(e);
+        }
+        answers
     }
 
     fn died(&mut self) {
@@ -865,7 +886,7 @@ impl World {
                 }
             }
             while self.store.queued() > 0 {
-                let answers = self.store.decide(self.ts(), None);
+                let answers = self.decider_turn(None);
                 self.route(answers);
             }
             let answers = self.store.sync(None);
@@ -947,7 +968,7 @@ impl World {
         }
         self.drain_network();
         while self.store.queued() > 0 {
-            let answers = self.store.decide(self.ts(), None);
+            let answers = self.decider_turn(None);
             self.route(answers);
         }
         let answers = self.store.sync(None);
