@@ -18,8 +18,10 @@ use serde_json::Value;
 use crate::app::{
     App, BalanceSort, ConflictSort, Connection, KeySort, STALE_TICKS, TREND_WINDOW, View,
 };
+use crate::fit::{Column, Parts, cells, columns, fit_number, fit_tail, fit_with_unit, pack};
 use crate::model::{
-    Account, ConflictKind, FactRow, KeyRecord, KeyStatus, Quarantined, Snapshot, Units,
+    Account, ConflictKind, FactRow, KeyRecord, KeyStatus, Quarantined, Snapshot, ThroughputSample,
+    Units,
 };
 use crate::sanitize::{Clean, sanitize};
 
@@ -151,10 +153,22 @@ fn roomy(area: Rect) -> bool {
     area.width >= 60 && area.height >= 16
 }
 
-/// Draws a titled panel when there is room and returns the area inside it.
-fn panel(frame: &mut Frame, area: Rect, title: String, roomy: bool, theme: Theme) -> Rect {
+/// Draws a titled panel when there is room and returns the area inside it. Titles carry
+/// counters, so they are fitted like any line of numbers.
+fn panel(
+    frame: &mut Frame,
+    area: Rect,
+    title: impl Into<Parts>,
+    roomy: bool,
+    theme: Theme,
+) -> Rect {
+    let title = title.into();
     if roomy {
-        let block = Block::bordered().title(Span::styled(format!(" {title} "), theme.bold()));
+        // The border's corners and a space either side of the title.
+        let mut spans = vec![Span::raw(" ")];
+        spans.extend(title.line(usize::from(area.width.saturating_sub(4))).spans);
+        spans.push(Span::raw(" "));
+        let block = Block::bordered().title(restyle(Line::from(spans), theme.bold()));
         let inner = block.inner(area);
         frame.render_widget(block, area);
         inner
@@ -162,7 +176,10 @@ fn panel(frame: &mut Frame, area: Rect, title: String, roomy: bool, theme: Theme
         let [title_area, rest] =
             Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
         frame.render_widget(
-            Paragraph::new(Span::styled(title, theme.bold())),
+            Paragraph::new(restyle(
+                title.line(usize::from(title_area.width)),
+                theme.bold(),
+            )),
             title_area,
         );
         rest
@@ -226,7 +243,12 @@ fn draw_tabs(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let status_width = u16::try_from(status.chars().count() + 1).unwrap_or(u16::MAX);
     let [left, right] =
         Layout::horizontal([Constraint::Fill(1), Constraint::Length(status_width)]).areas(area);
-    let full = area.width >= 70;
+    // A long seq takes the room of the view names rather than be cut.
+    let names: usize = View::ALL
+        .iter()
+        .map(|view| cells(&format!(" {} {} ", view.index() + 1, view.title())))
+        .sum();
+    let full = area.width >= 70 && names <= usize::from(left.width);
     let mut spans = Vec::new();
     for view in View::ALL {
         let number = view.index() + 1;
@@ -368,30 +390,34 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         .areas(area);
         let [keys_area, commit_area] =
             Layout::horizontal([Constraint::Fill(1), Constraint::Fill(1)]).areas(top);
-        let inner = panel(frame, keys_area, "Keys".into(), true, theme);
+        let inner = panel(frame, keys_area, "Keys", true, theme);
         let mut lines = key_count_lines(app, snapshot, theme);
-        lines.push(Line::from(vec![
-            Span::raw("duplicates absorbed "),
-            Span::styled(snapshot.counters.replayed.to_string(), theme.bold()),
-        ]));
+        lines.push(Parts::new().text("duplicates absorbed ").num_styled(
+            snapshot.counters.replayed,
+            theme.bold(),
+            0,
+        ));
         lines.push(oldest_pending_line(snapshot, theme));
-        frame.render_widget(Paragraph::new(lines), inner);
+        draw_lines(frame, inner, &lines);
 
-        let inner = panel(frame, commit_area, "Storage".into(), true, theme);
+        let inner = panel(frame, commit_area, "Storage", true, theme);
         let commit = snapshot.commit;
         let lines = vec![
-            Line::raw(format!(
+            Parts::from(format!(
                 "commit   p50 {} · p99 {}",
                 millis(commit.p50_ms),
                 millis(commit.p99_ms)
             )),
-            Line::raw(format!(
-                "batch    {:.1} avg over {} batches",
-                commit.batch_size_avg, commit.batches
-            )),
-            Line::raw(format!("on disk  {}", disk_size(snapshot))),
+            Parts::new()
+                .text(format!(
+                    "batch    {} avg over ",
+                    decimal(commit.batch_size_avg)
+                ))
+                .num(commit.batches)
+                .text(" batches"),
+            Parts::from(format!("on disk  {}", disk_size(snapshot))),
             verify_line(snapshot, "verify   ", theme),
-            Line::styled(
+            Parts::new().styled(
                 format!(
                     "         {}",
                     snapshot
@@ -402,35 +428,46 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 theme.dim(),
             ),
         ];
-        frame.render_widget(Paragraph::new(lines), inner);
+        draw_lines(frame, inner, &lines);
 
-        let seconds = middle.width.saturating_sub(24);
+        // The panel's borders take two cells, the labels theirs; the rest is one per second.
+        let inner_width = middle.width.saturating_sub(2);
+        let seconds = inner_width.saturating_sub(throughput_label(snapshot, true, inner_width));
         let inner = panel(
             frame,
             middle,
-            format!("Throughput per second, last {seconds} s"),
+            Parts::new()
+                .text("Throughput per second, last ")
+                .num(seconds)
+                .text(" s"),
             true,
             theme,
         );
-        draw_throughput(frame, inner, snapshot, 22, theme);
+        draw_throughput(frame, inner, snapshot, true, theme);
         if tall {
             draw_pending(frame, pending, snapshot, theme);
         }
 
-        let inner = panel(frame, bottom, "Totals".into(), true, theme);
+        let inner = panel(frame, bottom, "Totals", true, theme);
         let counters = &snapshot.counters;
         let lines = vec![
-            Line::raw(format!(
-                "applied {} · rejected {} · replayed {} · expired {}",
-                counters.applied, counters.rejected, counters.replayed, counters.expired
-            )),
-            Line::raw(format!(
-                "conflicts: 409 in flight {} · 422 reused {}",
-                counters.conflicts_in_flight, counters.conflicts_reused
-            )),
+            Parts::new()
+                .text("applied ")
+                .num(counters.applied)
+                .text(" · rejected ")
+                .num(counters.rejected)
+                .text(" · replayed ")
+                .num(counters.replayed)
+                .text(" · expired ")
+                .num(counters.expired),
+            Parts::new()
+                .text("conflicts: 409 in flight ")
+                .num(counters.conflicts_in_flight)
+                .text(" · 422 reused ")
+                .num(counters.conflicts_reused),
             rejections_line(snapshot),
         ];
-        frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
+        draw_lines(frame, inner, &lines);
     } else {
         let [keys_area, throughput, rest] = Layout::vertical([
             Constraint::Length(1),
@@ -440,40 +477,60 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         .areas(area);
         let counts = snapshot.keys;
         let trend = trends(app);
-        let line = Line::from(vec![
-            Span::raw("pend "),
-            Span::styled(counts.pending.to_string(), theme.bold()),
-            Span::raw(format!("{} · done ", trend_text(trend[0], true))),
-            Span::styled(counts.done.to_string(), theme.bold()),
-            Span::raw(format!("{} · exp ", trend_text(trend[1], true))),
-            Span::styled(counts.expired.to_string(), theme.bold()),
-            Span::raw(trend_text(trend[2], true)),
-        ]);
-        frame.render_widget(Paragraph::new(line), keys_area);
-        draw_throughput(frame, throughput, snapshot, 13, theme);
+        let line = trend_parts(
+            trend_parts(
+                trend_parts(
+                    Parts::new()
+                        .text("pend ")
+                        .num_styled(counts.pending, theme.bold(), 0),
+                    trend[0],
+                )
+                .text(" · done ")
+                .num_styled(counts.done, theme.bold(), 0),
+                trend[1],
+            )
+            .text(" · exp ")
+            .num_styled(counts.expired, theme.bold(), 0),
+            trend[2],
+        );
+        draw_lines(frame, keys_area, &[line]);
+        draw_throughput(frame, throughput, snapshot, false, theme);
         let commit = snapshot.commit;
         let counters = &snapshot.counters;
         let lines = vec![
-            Line::raw(format!(
-                "p50 {} p99 {} batch {:.1}",
+            Parts::from(format!(
+                "p50 {} p99 {} batch {}",
                 millis(commit.p50_ms),
                 millis(commit.p99_ms),
-                commit.batch_size_avg
+                decimal(commit.batch_size_avg)
             )),
-            Line::raw(format!("disk {}", disk_size(snapshot))),
+            Parts::from(format!("disk {}", disk_size(snapshot))),
             verify_line(snapshot, "verify ", theme),
             oldest_pending_line(snapshot, theme),
-            Line::raw(format!(
-                "applied {} rej {} replayed {}",
-                counters.applied, counters.rejected, counters.replayed
-            )),
-            Line::raw(format!(
-                "409 {} · 422 {} · expired {}",
-                counters.conflicts_in_flight, counters.conflicts_reused, counters.expired
-            )),
+            Parts::new()
+                .text("applied ")
+                .num(counters.applied)
+                .text(" rej ")
+                .num(counters.rejected)
+                .text(" replayed ")
+                .num(counters.replayed),
+            Parts::new()
+                .text("409 ")
+                .num(counters.conflicts_in_flight)
+                .text(" · 422 ")
+                .num(counters.conflicts_reused)
+                .text(" · expired ")
+                .num(counters.expired),
         ];
-        frame.render_widget(Paragraph::new(lines), rest);
+        draw_lines(frame, rest, &lines);
     }
+}
+
+/// One line per row of `area`, each fitted to its width: no wrapping, no silent cut.
+fn draw_lines(frame: &mut Frame, area: Rect, lines: &[Parts]) {
+    let width = usize::from(area.width);
+    let lines: Vec<Line> = lines.iter().map(|parts| parts.line(width)).collect();
+    frame.render_widget(Paragraph::new(lines), area);
 }
 
 fn draw_waiting(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
@@ -507,18 +564,16 @@ fn trends(app: &App) -> [i128; 3] {
     ]
 }
 
-fn trend_text(delta: i128, compact: bool) -> String {
-    match (delta.signum(), compact) {
-        (1, true) => format!(" ↑{delta}"),
-        (-1, true) => format!(" ↓{}", -delta),
-        (_, true) => " =".to_string(),
-        (1, false) => format!("↑ +{delta}"),
-        (-1, false) => format!("↓ {delta}"),
-        (_, false) => "= 0".to_string(),
+/// `parts` and a compact trend: ` ↑2`, ` ↓3`, ` =`.
+fn trend_parts(parts: Parts, delta: i128) -> Parts {
+    match delta.signum() {
+        1 => parts.text(" ↑").num(delta),
+        -1 => parts.text(" ↓").num(-delta),
+        _ => parts.text(" ="),
     }
 }
 
-fn key_count_lines(app: &App, snapshot: &Snapshot, theme: Theme) -> Vec<Line<'static>> {
+fn key_count_lines(app: &App, snapshot: &Snapshot, theme: Theme) -> Vec<Parts> {
     let trend = trends(app);
     let counts = snapshot.keys;
     [
@@ -528,22 +583,26 @@ fn key_count_lines(app: &App, snapshot: &Snapshot, theme: Theme) -> Vec<Line<'st
     ]
     .into_iter()
     .map(|(label, count, delta)| {
-        Line::from(vec![
-            Span::raw(format!("{label:<8}")),
-            Span::styled(format!("{count:>10}"), theme.bold()),
-            Span::styled(format!("  {}", trend_text(delta, false)), theme.dim()),
-        ])
+        let line = Parts::new()
+            .text(format!("{label:<8}"))
+            .num_styled(count, theme.bold(), 10);
+        match delta.signum() {
+            1 => line
+                .styled("  ↑ +", theme.dim())
+                .num_styled(delta, theme.dim(), 0),
+            -1 => line
+                .styled("  ↓ ", theme.dim())
+                .num_styled(delta, theme.dim(), 0),
+            _ => line.styled("  = 0", theme.dim()),
+        }
     })
     .collect()
 }
 
 /// The verify result and its age; the summary goes on its own line where there is room.
-fn verify_line(snapshot: &Snapshot, label: &str, theme: Theme) -> Line<'static> {
+fn verify_line(snapshot: &Snapshot, label: &str, theme: Theme) -> Parts {
     match &snapshot.verify {
-        None => Line::from(vec![
-            Span::raw(label.to_string()),
-            Span::styled("not run yet", theme.dim()),
-        ]),
+        None => Parts::new().text(label).styled("not run yet", theme.dim()),
         Some(verify) => {
             let (word, style) = if verify.ok {
                 ("ok", theme.good())
@@ -551,32 +610,31 @@ fn verify_line(snapshot: &Snapshot, label: &str, theme: Theme) -> Line<'static> 
                 ("FAILED", theme.bad())
             };
             let ago = ago(&snapshot.now, &verify.at).unwrap_or_default();
-            Line::from(vec![
-                Span::raw(label.to_string()),
-                Span::styled(word, style.add_modifier(Modifier::BOLD)),
-                Span::raw(format!(" {ago}")),
-            ])
+            Parts::new()
+                .text(label)
+                .styled(word, style.add_modifier(Modifier::BOLD))
+                .text(format!(" {ago}"))
         }
     }
 }
 
-fn oldest_pending_line(snapshot: &Snapshot, theme: Theme) -> Line<'static> {
+fn oldest_pending_line(snapshot: &Snapshot, theme: Theme) -> Parts {
     match snapshot.pending.first() {
-        None => Line::styled("nothing pending", theme.dim()),
-        Some(oldest) => Line::from(vec![
-            Span::raw(format!("oldest pending {} ", format_age(oldest.age_ms))),
+        None => Parts::new().styled("nothing pending", theme.dim()),
+        Some(oldest) => {
+            let line = Parts::new().text(format!("oldest pending {} ", format_age(oldest.age_ms)));
             if oldest.lease_expired {
-                Span::styled("lease expired!", theme.bad())
+                line.styled("lease expired!", theme.bad())
             } else {
-                Span::styled(oldest.key.to_string(), theme.dim())
-            },
-        ]),
+                line.styled(oldest.key.to_string(), theme.dim())
+            }
+        }
     }
 }
 
 /// The snapshot's pending keys, oldest first: what is in flight right now.
 fn draw_pending(frame: &mut Frame, area: Rect, snapshot: &Snapshot, theme: Theme) {
-    let inner = panel(frame, area, "Pending now, oldest first".into(), true, theme);
+    let inner = panel(frame, area, "Pending now, oldest first", true, theme);
     if snapshot.pending.is_empty() {
         frame.render_widget(
             Paragraph::new(Span::styled("nothing in flight", theme.dim())),
@@ -584,6 +642,25 @@ fn draw_pending(frame: &mut Frame, area: Rect, snapshot: &Snapshot, theme: Theme
         );
         return;
     }
+    let amount_need = snapshot
+        .pending
+        .iter()
+        .map(|record| cells(&money(record.amount, &record.currency)))
+        .max()
+        .unwrap_or(0);
+    let (widths, fitted) = columns(
+        &[
+            Column::fixed(10),
+            Column::text(Constraint::Fill(1), 8),
+            Column::fixed(8),
+            Column::fixed(12),
+            Column::number(14, amount_need),
+            Column::fixed(7),
+            Column::fixed(14),
+        ],
+        inner.width,
+        1,
+    );
     let rows = snapshot.pending.iter().map(|record| {
         let (lease, style) = if record.lease_expired {
             ("lease expired!", theme.bad())
@@ -595,25 +672,13 @@ fn draw_pending(frame: &mut Frame, area: Rect, snapshot: &Snapshot, theme: Theme
             record.key.to_string(),
             record.command.to_string(),
             target(record),
-            money(record.amount, &record.currency),
+            money_fit(record.amount, &record.currency, fitted[4]),
             format_age(record.age_ms),
             lease.to_string(),
         ])
         .style(style)
     });
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Length(10),
-            Constraint::Fill(1),
-            Constraint::Length(8),
-            Constraint::Length(12),
-            Constraint::Length(14),
-            Constraint::Length(7),
-            Constraint::Length(14),
-        ],
-    )
-    .header(
+    let table = Table::new(rows, widths).header(
         Row::new(vec![
             "client", "key", "command", "account", "amount", "age", "",
         ])
@@ -622,30 +687,28 @@ fn draw_pending(frame: &mut Frame, area: Rect, snapshot: &Snapshot, theme: Theme
     frame.render_widget(table, inner);
 }
 
-fn rejections_line(snapshot: &Snapshot) -> Line<'static> {
-    let rejections: Vec<String> = snapshot
-        .counters
-        .rejections
-        .iter()
-        .filter(|(_, count)| **count > 0)
-        .map(|(code, count)| format!("{code} {count}"))
-        .collect();
-    if rejections.is_empty() {
-        Line::raw("rejections: none")
-    } else {
-        Line::raw(format!("rejections: {}", rejections.join(" · ")))
+fn rejections_line(snapshot: &Snapshot) -> Parts {
+    let mut line = Parts::new().text("rejections: ");
+    let mut any = false;
+    for (code, count) in &snapshot.counters.rejections {
+        if *count == 0 {
+            continue;
+        }
+        if any {
+            line = line.text(" · ");
+        }
+        line = line.text(format!("{code} ")).num(*count);
+        any = true;
     }
+    if any { line } else { line.text("none") }
 }
 
-/// Three sparklines on one scale (applied, replayed, conflicts), labelled with the
-/// newest second and the peak of the window.
-fn draw_throughput(frame: &mut Frame, area: Rect, snapshot: &Snapshot, label: u16, theme: Theme) {
-    let rows = Layout::vertical([Constraint::Fill(1); 3]).split(area);
-    let [_, chart_width] =
-        Layout::horizontal([Constraint::Length(label), Constraint::Fill(1)]).areas(area);
-    let window = usize::from(chart_width.width);
-    let samples = &snapshot.throughput[snapshot.throughput.len().saturating_sub(window)..];
-    let series: [(&str, Vec<u64>, Style); 3] = [
+/// The three series of the throughput panel: name, samples, style.
+fn throughput_series(
+    samples: &[ThroughputSample],
+    theme: Theme,
+) -> [(&'static str, Vec<u64>, Style); 3] {
+    [
         (
             "applied",
             samples.iter().map(|s| s.applied).collect(),
@@ -661,7 +724,49 @@ fn draw_throughput(frame: &mut Frame, area: Rect, snapshot: &Snapshot, label: u1
             samples.iter().map(|s| s.conflicts).collect(),
             theme.conflicts(),
         ),
-    ];
+    ]
+}
+
+/// A series' label: the newest second, and in roomy layouts the peak of the window.
+fn throughput_label_parts(name: &str, data: &[u64], roomy: bool) -> Parts {
+    let now = data.last().copied().unwrap_or(0);
+    let peak = data.iter().copied().max().unwrap_or(0);
+    let label = Parts::new().text(format!("{name:<10}"));
+    if roomy {
+        label
+            .num_styled(now, Style::new(), 4)
+            .text("/s ^")
+            .num(peak)
+    } else {
+        label.num_styled(now, Style::new(), 3)
+    }
+}
+
+/// The width of the label column: 22 cells (13 compact), wider when a rate needs more,
+/// up to two fifths of `width`: the sparkline gives up seconds before a rate loses digits.
+/// Measured over every sample kept, at least the window's peak.
+fn throughput_label(snapshot: &Snapshot, roomy: bool, width: u16) -> u16 {
+    let (base, gap) = if roomy { (22, 1) } else { (13, 0) };
+    // Only the names and numbers count here, not the styles.
+    let needed = throughput_series(&snapshot.throughput, Theme { color: false })
+        .iter()
+        .map(|(name, data, _)| throughput_label_parts(name, data, roomy).full_width() + gap)
+        .max()
+        .unwrap_or(0);
+    let needed = u16::try_from(needed).unwrap_or(u16::MAX);
+    needed.clamp(base, base.max(width / 5 * 2))
+}
+
+/// Three sparklines on one scale (applied, replayed, conflicts), labelled with the
+/// newest second and the peak of the window.
+fn draw_throughput(frame: &mut Frame, area: Rect, snapshot: &Snapshot, roomy: bool, theme: Theme) {
+    let label = throughput_label(snapshot, roomy, area.width);
+    let rows = Layout::vertical([Constraint::Fill(1); 3]).split(area);
+    let [_, chart_width] =
+        Layout::horizontal([Constraint::Length(label), Constraint::Fill(1)]).areas(area);
+    let window = usize::from(chart_width.width);
+    let samples = &snapshot.throughput[snapshot.throughput.len().saturating_sub(window)..];
+    let series = throughput_series(samples, theme);
     // One scale for all three, so a conflict spike is not drawn as tall as the traffic.
     let max = series
         .iter()
@@ -672,14 +777,10 @@ fn draw_throughput(frame: &mut Frame, area: Rect, snapshot: &Snapshot, label: u1
     for ((name, data, style), row) in series.iter().zip(rows.iter()) {
         let [label_area, chart] =
             Layout::horizontal([Constraint::Length(label), Constraint::Fill(1)]).areas(*row);
-        let now = data.last().copied().unwrap_or(0);
-        let peak = data.iter().copied().max().unwrap_or(0);
-        let text = if label >= 20 {
-            format!("{name:<10}{now:>4}/s ^{peak}")
-        } else {
-            format!("{name:<10}{now:>3}")
-        };
-        frame.render_widget(Paragraph::new(Span::styled(text, *style)), label_area);
+        // Roomy labels keep a cell before the chart, so the peak does not run into it.
+        let width = usize::from(label) - usize::from(roomy);
+        let text = throughput_label_parts(name, data, roomy).line(width);
+        frame.render_widget(Paragraph::new(restyle(text, *style)), label_area);
         frame.render_widget(
             Sparkline::default().data(data).max(max).style(*style),
             chart,
@@ -719,24 +820,26 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let keys = app.visible_keys();
     let page = app.shown().keys.as_ref();
     // Compact layouts drop the name: the tab bar already says it.
-    let mut title = if roomy { "Keys · " } else { "" }.to_string();
+    let mut title = Parts::new().text(if roomy { "Keys · " } else { "" });
     if let Some(page) = page {
-        title.push_str(&format!("{} shown", keys.len()));
+        title = title.num(usize_units(keys.len())).text(" shown");
         if page.next.is_some() {
-            title.push_str(", more: ]");
+            title = title.text(", more: ]");
         }
         if !app.key_pages.is_empty() {
-            title.push_str(&format!(" · page {}", app.key_pages.len() + 1));
+            title = title
+                .text(" · page ")
+                .num(usize_units(app.key_pages.len()) + 1);
         }
     }
-    match app.sorts.keys {
-        KeySort::Server => {}
-        KeySort::OldestFirst => title.push_str(" · oldest first"),
-        KeySort::Key => title.push_str(" · by key"),
-        KeySort::Client => title.push_str(" · by client"),
-    }
+    title = match app.sorts.keys {
+        KeySort::Server => title,
+        KeySort::OldestFirst => title.text(" · oldest first"),
+        KeySort::Key => title.text(" · by key"),
+        KeySort::Client => title.text(" · by client"),
+    };
     if keys.iter().any(|k| k.lease_expired) {
-        title.push_str(" · ! lease expired");
+        title = title.text(" · ! lease expired");
     }
     let inner = panel(frame, table_area, title, roomy, theme);
     if page.is_none() {
@@ -755,7 +858,16 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         return;
     }
     let width = inner.width;
-    let (header, widths): (Vec<&str>, Vec<Constraint>) = if width >= 100 {
+    let amount_need = keys
+        .iter()
+        .map(|record| cells(&money(record.amount, &record.currency)))
+        .max()
+        .unwrap_or(0);
+    let replays_need = digits_needed(keys.iter().map(|record| record.replays));
+    let conflicts_need = digits_needed(keys.iter().map(|record| record.conflicts));
+    // Key names shrink to 12 cells before the numbers shorten.
+    let key_column = Column::text(Constraint::Fill(1), 12);
+    let (header, layout): (Vec<&str>, Vec<Column>) = if width >= 100 {
         (
             vec![
                 "status",
@@ -769,15 +881,15 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 "conflicts",
             ],
             vec![
-                Constraint::Length(8),
-                Constraint::Length(10),
-                Constraint::Fill(1),
-                Constraint::Length(8),
-                Constraint::Length(12),
-                Constraint::Length(14),
-                Constraint::Length(7),
-                Constraint::Length(7),
-                Constraint::Length(9),
+                Column::fixed(8),
+                Column::fixed(10),
+                key_column,
+                Column::fixed(8),
+                Column::fixed(12),
+                Column::number(14, amount_need),
+                Column::fixed(7),
+                Column::number(7, replays_need),
+                Column::number(9, conflicts_need),
             ],
         )
     } else if width >= 64 {
@@ -786,26 +898,36 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 "status", "client", "key", "command", "amount", "age", "repl",
             ],
             vec![
-                Constraint::Length(8),
-                Constraint::Length(8),
-                Constraint::Fill(1),
-                Constraint::Length(8),
-                Constraint::Length(13),
-                Constraint::Length(7),
-                Constraint::Length(4),
+                Column::fixed(8),
+                Column::fixed(8),
+                key_column,
+                Column::fixed(8),
+                Column::number(13, amount_need),
+                Column::fixed(7),
+                Column::number(4, replays_need),
             ],
         )
     } else {
         (
             vec!["status", "key", "age"],
             vec![
-                Constraint::Length(8),
-                Constraint::Fill(1),
-                Constraint::Length(7),
+                Column::fixed(8),
+                Column::text(Constraint::Fill(1), 8),
+                Column::fixed(7),
             ],
         )
     };
-    let columns = header.len();
+    let (widths, fitted) = columns(&layout, table_width(width), 1);
+    // Which of `all` below each layout shows, and so the width each of `all` gets.
+    let visible: &[usize] = match header.len() {
+        9 => &[0, 1, 2, 3, 4, 5, 6, 7, 8],
+        7 => &[0, 1, 2, 3, 5, 6, 7],
+        _ => &[0, 2, 6],
+    };
+    let mut width_of = [0u16; 9];
+    for (column, i) in visible.iter().enumerate() {
+        width_of[*i] = fitted[column];
+    }
     let rows = keys.iter().map(|record| {
         let status = match (record.status, record.lease_expired) {
             (KeyStatus::Pending, true) => "pending!".to_string(),
@@ -826,22 +948,15 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             record.key.to_string(),
             record.command.to_string(),
             target(record),
-            money(record.amount, &record.currency),
+            money_fit(record.amount, &record.currency, width_of[5]),
             format_age(record.age_ms),
-            record.replays.to_string(),
-            record.conflicts.to_string(),
+            fit_number(record.replays.into(), width_of[7].into()),
+            fit_number(record.conflicts.into(), width_of[8].into()),
         ];
-        let cells: Vec<Cell> = match columns {
-            9 => all.into_iter().map(Cell::from).collect(),
-            7 => [0, 1, 2, 3, 5, 6, 7]
-                .iter()
-                .map(|i| Cell::from(all[*i].clone()))
-                .collect(),
-            _ => [0, 2, 6]
-                .iter()
-                .map(|i| Cell::from(all[*i].clone()))
-                .collect(),
-        };
+        let cells: Vec<Cell> = visible
+            .iter()
+            .map(|i| Cell::from(all[*i].clone()))
+            .collect();
         Row::new(cells).style(style)
     });
     draw_table(
@@ -863,7 +978,7 @@ fn draw_key_detail(
     roomy: bool,
     theme: Theme,
 ) {
-    let inner = panel(frame, area, "Key detail".into(), roomy, theme);
+    let inner = panel(frame, area, "Key detail", roomy, theme);
     let label = |text: &str| Span::styled(format!("{text:<10}"), theme.header());
     let mut lines = vec![
         Line::from(vec![label("client"), Span::raw(record.client.to_string())]),
@@ -901,7 +1016,7 @@ fn draw_key_detail(
     lines.push(Line::from(vec![
         label("outcome"),
         Span::raw(match &record.outcome {
-            Some(outcome) => fields_text(outcome),
+            Some(outcome) => fields_text(outcome, inner.width),
             None if record.status == KeyStatus::Pending => "none yet: in flight".to_string(),
             None => "not stored (swept after retention)".to_string(),
         }),
@@ -916,12 +1031,28 @@ fn draw_key_detail(
     lines.push(Line::from(vec![
         label("fact"),
         Span::raw(match fact {
-            Some(fact) => fields_text(fact),
+            Some(fact) => fields_text(fact, inner.width),
             None if record.status == KeyStatus::Pending => "none yet: in flight".to_string(),
             None => "loading…".to_string(),
         }),
     ]));
-    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+    let paragraph = Paragraph::new(lines).wrap(Wrap { trim: false });
+    // The pane does not scroll, and its last lines hold the amounts and balances: what
+    // falls off the bottom is said, not dropped without a word.
+    let total = paragraph.line_count(inner.width);
+    if total <= usize::from(inner.height) || inner.height < 2 {
+        frame.render_widget(paragraph, inner);
+        return;
+    }
+    let [text, marker] =
+        Layout::vertical([Constraint::Fill(1), Constraint::Length(1)]).areas(inner);
+    frame.render_widget(paragraph, text);
+    let hidden = total - usize::from(text.height);
+    let line = Parts::new()
+        .styled("… ", theme.warn())
+        .num_styled(usize_units(hidden), theme.warn(), 0)
+        .styled(" more lines; enlarge the terminal", theme.warn());
+    frame.render_widget(Paragraph::new(line.line(marker.width.into())), marker);
 }
 
 /// The account a command names, or for a refund the withdrawal it refunds.
@@ -960,22 +1091,28 @@ fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         upper
     };
     let counters = &snapshot.counters;
-    let mut title = if roomy {
-        format!(
-            "Conflicts · 409 in flight {} · 422 reused {} · duplicates absorbed {}",
-            counters.conflicts_in_flight, counters.conflicts_reused, counters.replayed
-        )
+    let title = if roomy {
+        Parts::new()
+            .text("Conflicts · 409 in flight ")
+            .num(counters.conflicts_in_flight)
+            .text(" · 422 reused ")
+            .num(counters.conflicts_reused)
+            .text(" · duplicates absorbed ")
+            .num(counters.replayed)
     } else {
-        format!(
-            "409 {} · 422 {} · absorbed {}",
-            counters.conflicts_in_flight, counters.conflicts_reused, counters.replayed
-        )
+        Parts::new()
+            .text("409 ")
+            .num(counters.conflicts_in_flight)
+            .text(" · 422 ")
+            .num(counters.conflicts_reused)
+            .text(" · absorbed ")
+            .num(counters.replayed)
     };
-    match app.sorts.conflicts {
-        ConflictSort::Newest => {}
-        ConflictSort::Client => title.push_str(" · by client"),
-        ConflictSort::Key => title.push_str(" · by key"),
-    }
+    let title = match app.sorts.conflicts {
+        ConflictSort::Newest => title,
+        ConflictSort::Client => title.text(" · by client"),
+        ConflictSort::Key => title.text(" · by key"),
+    };
     let inner = panel(frame, area, title, roomy, theme);
     let conflicts = app.visible_conflicts();
     if conflicts.is_empty() {
@@ -1064,7 +1201,9 @@ fn draw_quarantine(
     quarantined: &[Quarantined],
     theme: Theme,
 ) {
-    let title = format!("Quarantined by the inbox · newest {}", quarantined.len());
+    let title = Parts::new()
+        .text("Quarantined by the inbox · newest ")
+        .num(usize_units(quarantined.len()));
     let inner = panel(frame, area, title, roomy, theme);
     let wide = inner.width >= 64;
     let (header, widths) = if wide {
@@ -1153,60 +1292,99 @@ fn draw_balances(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let inner = panel(
         frame,
         users_area,
-        format!("Accounts · {} · {sort}", users.len()),
+        Parts::new()
+            .text("Accounts · ")
+            .num(usize_units(users.len()))
+            .text(format!(" · {sort}")),
         roomy,
         theme,
     );
-    let rows = users.iter().map(|account| account_row(account));
+    // One balance width for both tables, so their columns line up.
+    let need = users
+        .iter()
+        .chain(&system)
+        .map(|account| cells(&account.balance.to_string()))
+        .max()
+        .unwrap_or(0);
+    let (widths, fitted) = columns(&balance_columns(need), table_width(inner.width), 1);
+    let balance_width = fitted[2];
+    let rows = users
+        .iter()
+        .map(|account| account_row(account, balance_width));
     draw_table(
         frame,
         inner,
         balance_header(theme),
         rows,
-        BALANCE_COLUMNS.to_vec(),
+        widths.clone(),
         app.selected[View::Balances.index()],
         theme,
     );
 
     if roomy {
-        let inner = panel(frame, system_area, "System accounts".into(), true, theme);
-        let rows = system.iter().map(|account| account_row(account));
-        let table = Table::new(rows, BALANCE_COLUMNS)
+        let inner = panel(frame, system_area, "System accounts", true, theme);
+        let rows = system
+            .iter()
+            .map(|account| account_row(account, balance_width));
+        let table = Table::new(rows, widths)
             .flex(Flex::Start)
             .header(balance_header(theme))
             .highlight_spacing(HighlightSpacing::Always)
             .highlight_symbol("  ");
         frame.render_widget(table, inner);
-        let inner = panel(frame, sums_area, "Sum per currency".into(), true, theme);
-        let lines: Vec<Line> = sums.iter().map(|sum| sum_line(sum, theme, false)).collect();
-        frame.render_widget(Paragraph::new(lines), inner);
+        let inner = panel(frame, sums_area, "Sum per currency", true, theme);
+        let lines: Vec<Parts> = sums.iter().map(|sum| sum_line(sum, theme)).collect();
+        draw_lines(frame, inner, &lines);
     } else {
-        let system_text: Vec<String> = system
+        let width = usize::from(system_area.width);
+        // Numbers in full up to half a line; if that leaves accounts out, 8 cells each
+        // (`-1.01e17`) when that shows more of them.
+        let budgets = [width / 2, 8];
+        let (lines, _) = budgets
             .iter()
-            .map(|a| format!("{} {}", a.account, money_signed(a.balance, &a.currency)))
-            .collect();
-        frame.render_widget(
-            Paragraph::new(Line::from(vec![
-                Span::styled("system ", theme.bold()),
-                Span::raw(system_text.join(" · ")),
-            ]))
-            .wrap(Wrap { trim: true }),
-            system_area,
-        );
-        let mut spans = vec![Span::styled("sum ", theme.bold())];
-        for sum in &sums {
-            spans.extend(sum_line(sum, theme, true).spans);
-        }
-        frame.render_widget(Paragraph::new(Line::from(spans)), sums_area);
+            .map(|budget| {
+                let items: Vec<Vec<Span>> = system
+                    .iter()
+                    .map(|account| {
+                        vec![
+                            Span::raw(account.account.to_string()),
+                            Span::raw(fit_number(account.balance.0, *budget)),
+                            Span::raw(account.currency.to_string()),
+                        ]
+                    })
+                    .collect();
+                let label = Span::styled("system", theme.bold());
+                pack(label, &items, "·", width, system_area.height.into())
+            })
+            .min_by_key(|(_, shown)| std::cmp::Reverse(*shown))
+            .unwrap_or_default();
+        frame.render_widget(Paragraph::new(lines), system_area);
+        let (lines, _) = budgets
+            .iter()
+            .map(|budget| {
+                let items: Vec<Vec<Span>> = sums
+                    .iter()
+                    .map(|sum| sum_words(sum, theme, *budget))
+                    .collect();
+                // Two spaces between currencies, which the empty separator makes.
+                let label = Span::styled("sum", theme.bold());
+                pack(label, &items, "", width, sums_area.height.into())
+            })
+            .min_by_key(|(_, shown)| std::cmp::Reverse(*shown))
+            .unwrap_or_default();
+        frame.render_widget(Paragraph::new(lines), sums_area);
     }
 }
 
 /// Account names are short; a wide name column would push the numbers off to the edge.
-const BALANCE_COLUMNS: [Constraint; 3] = [
-    Constraint::Max(32),
-    Constraint::Length(8),
-    Constraint::Length(18),
-];
+/// The balance column is 18 cells, wider for a longer balance while names keep 8.
+fn balance_columns(need: usize) -> [Column; 3] {
+    [
+        Column::text(Constraint::Max(32), 8),
+        Column::fixed(8),
+        Column::number(18, need),
+    ]
+}
 
 fn balance_header(theme: Theme) -> Row<'static> {
     Row::new(vec![
@@ -1217,18 +1395,24 @@ fn balance_header(theme: Theme) -> Row<'static> {
     .style(theme.header())
 }
 
-fn account_row(account: &Account) -> Row<'static> {
+/// Right-aligned text that is too wide loses its left end, the sign and the leading
+/// digits first; fitted to the column, it cannot.
+fn account_row(account: &Account, balance_width: u16) -> Row<'static> {
     Row::new(vec![
         Cell::from(account.account.to_string()),
         Cell::from(account.currency.to_string()),
-        Cell::from(Line::raw(account.balance.to_string()).alignment(Alignment::Right)),
+        Cell::from(
+            Line::raw(fit_number(account.balance.0, balance_width.into()))
+                .alignment(Alignment::Right),
+        ),
     ])
 }
 
 struct CurrencySum {
     currency: Clean,
-    /// Summed here over every account, filters aside. i128: no overflow whatever the feed.
-    local: i128,
+    /// Summed here over every account, filters aside; `None` when the sum leaves i128,
+    /// which a feed of i128 balances can make happen.
+    local: Option<i128>,
     /// What the worker reported, if it did.
     reported: Option<i128>,
 }
@@ -1237,12 +1421,14 @@ fn currency_sums(
     accounts: &[Account],
     reported: &std::collections::BTreeMap<Clean, Units>,
 ) -> Vec<CurrencySum> {
-    let mut sums: std::collections::BTreeMap<Clean, i128> = std::collections::BTreeMap::new();
+    let mut sums: std::collections::BTreeMap<Clean, Option<i128>> =
+        std::collections::BTreeMap::new();
     for account in accounts {
-        *sums.entry(account.currency.clone()).or_default() += account.balance.0;
+        let sum = sums.entry(account.currency.clone()).or_insert(Some(0));
+        *sum = sum.and_then(|sum| sum.checked_add(account.balance.0));
     }
     for currency in reported.keys() {
-        sums.entry(currency.clone()).or_default();
+        sums.entry(currency.clone()).or_insert(Some(0));
     }
     sums.into_iter()
         .map(|(currency, local)| CurrencySum {
@@ -1253,35 +1439,57 @@ fn currency_sums(
         .collect()
 }
 
-fn sum_line(sum: &CurrencySum, theme: Theme, compact: bool) -> Line<'static> {
-    let balanced = sum.local == 0 && sum.reported.is_none_or(|r| r == 0);
-    let (mark, style) = if balanced {
-        ("✓", theme.good())
-    } else {
-        ("✗", theme.bad())
-    };
-    let mut spans = vec![
-        Span::styled(format!("{} ", sum.currency), theme.bold()),
-        Span::raw(format!("= {} ", sum.local)),
-        Span::styled(mark, style.add_modifier(Modifier::BOLD)),
-    ];
-    if !compact {
-        spans.push(Span::styled(
-            if balanced {
-                "  balanced: every movement has two legs".to_string()
-            } else {
-                format!(
-                    "  NOT ZERO (worker says {})",
-                    sum.reported
-                        .map_or("nothing".to_string(), |r| r.to_string())
-                )
-            },
-            style,
-        ));
-    } else {
-        spans.push(Span::raw("  "));
+impl CurrencySum {
+    fn balanced(&self) -> bool {
+        self.local == Some(0) && self.reported.is_none_or(|r| r == 0)
     }
-    Line::from(spans)
+
+    fn mark(&self, theme: Theme) -> (&'static str, Style) {
+        if self.balanced() {
+            ("✓", theme.good())
+        } else {
+            ("✗", theme.bad())
+        }
+    }
+}
+
+/// Where the sum is too large for i128 there is no number to show.
+const SUM_OUT_OF_RANGE: &str = "out of range";
+
+fn sum_line(sum: &CurrencySum, theme: Theme) -> Parts {
+    let (mark, style) = sum.mark(theme);
+    let line = Parts::new()
+        .styled(format!("{} ", sum.currency), theme.bold())
+        .text("= ");
+    let line = match sum.local {
+        Some(local) => line.num(local),
+        None => line.text(SUM_OUT_OF_RANGE),
+    }
+    .text(" ")
+    .styled(mark, style.add_modifier(Modifier::BOLD));
+    if sum.balanced() {
+        return line.styled("  balanced: every movement has two legs", style);
+    }
+    let line = line.styled("  NOT ZERO (worker says ", style);
+    match sum.reported {
+        Some(reported) => line.num_styled(reported, style, 0),
+        None => line.styled("nothing", style),
+    }
+    .styled(")", style)
+}
+
+/// A sum as words for the compact layout, its number in at most `budget` cells.
+fn sum_words(sum: &CurrencySum, theme: Theme, budget: usize) -> Vec<Span<'static>> {
+    let (mark, style) = sum.mark(theme);
+    vec![
+        Span::styled(sum.currency.to_string(), theme.bold()),
+        Span::raw("="),
+        Span::raw(sum.local.map_or_else(
+            || SUM_OUT_OF_RANGE.to_string(),
+            |local| fit_number(local, budget),
+        )),
+        Span::styled(mark, style.add_modifier(Modifier::BOLD)),
+    ]
 }
 
 // ---------------------------------------------------------------- log
@@ -1297,7 +1505,10 @@ fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let inner = panel(
         frame,
         area,
-        format!("Log · {} facts · {mode}", facts.len()),
+        Parts::new()
+            .text("Log · ")
+            .num(usize_units(facts.len()))
+            .text(format!(" facts · {mode}")),
         roomy,
         theme,
     );
@@ -1310,44 +1521,55 @@ fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         return;
     }
     let wide = inner.width >= 100;
-    let (header, widths) = if wide {
+    let seq_need = digits_needed(facts.iter().map(|fact| fact.seq));
+    let amount_need = facts
+        .iter()
+        .map(|fact| cells(&money(fact.amount, &fact.currency)))
+        .max()
+        .unwrap_or(0);
+    let after_need = facts
+        .iter()
+        .filter_map(|fact| fact.balance_after)
+        .map(|after| cells(&after.to_string()))
+        .max()
+        .unwrap_or(0);
+    let key_column = Column::text(Constraint::Fill(1), 8);
+    let (header, layout) = if wide {
         (
             vec![
                 "seq", "time", "client", "key", "fact", "account", "amount", "after",
             ],
             vec![
-                Constraint::Length(6),
-                Constraint::Length(8),
-                Constraint::Length(10),
-                Constraint::Fill(1),
-                Constraint::Length(30),
-                Constraint::Length(10),
-                Constraint::Length(13),
-                Constraint::Length(10),
+                Column::seq(6, seq_need),
+                Column::fixed(8),
+                Column::fixed(10),
+                key_column,
+                Column::fixed(30),
+                Column::fixed(10),
+                Column::number(13, amount_need),
+                Column::number(10, after_need),
             ],
         )
     } else if inner.width >= 64 {
         (
             vec!["seq", "key", "fact", "account", "amount"],
             vec![
-                Constraint::Length(6),
-                Constraint::Fill(1),
-                Constraint::Length(28),
-                Constraint::Length(9),
-                Constraint::Length(11),
+                Column::seq(6, seq_need),
+                key_column,
+                Column::fixed(28),
+                Column::fixed(9),
+                Column::number(11, amount_need),
             ],
         )
     } else {
         (
             vec!["seq", "key", "fact"],
-            vec![
-                Constraint::Length(5),
-                Constraint::Fill(1),
-                Constraint::Length(12),
-            ],
+            vec![Column::seq(5, seq_need), key_column, Column::fixed(12)],
         )
     };
+    let (widths, fitted) = columns(&layout, table_width(inner.width), 1);
     let columns = header.len();
+    let seq = |fact: &FactRow| fit_tail(fact.seq, fitted[0].into());
     let rows = facts.iter().map(|fact| {
         let style = if fact.code.is_some() {
             theme.warn()
@@ -1357,24 +1579,25 @@ fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         let name = fact_name(fact);
         let cells: Vec<String> = match columns {
             8 => vec![
-                fact.seq.to_string(),
+                seq(fact),
                 clock_time(&fact.at),
                 fact.client.to_string(),
                 fact.key.to_string(),
                 name,
                 fact_target(fact),
-                money(fact.amount, &fact.currency),
-                fact.balance_after.map_or(String::new(), |b| b.to_string()),
+                money_fit(fact.amount, &fact.currency, fitted[6]),
+                fact.balance_after
+                    .map_or(String::new(), |b| fit_number(b.0, fitted[7].into())),
             ],
             5 => vec![
-                fact.seq.to_string(),
+                seq(fact),
                 fact.key.to_string(),
                 name,
                 fact_target(fact),
-                money(fact.amount, &fact.currency),
+                money_fit(fact.amount, &fact.currency, fitted[4]),
             ],
             _ => vec![
-                fact.seq.to_string(),
+                seq(fact),
                 fact.key.to_string(),
                 fact.name.as_str().trim_end_matches("Recorded").to_string(),
             ],
@@ -1408,6 +1631,21 @@ fn fact_target(fact: &FactRow) -> String {
 
 // ---------------------------------------------------------------- shared
 
+/// The width [`draw_table`] leaves its columns: the highlight symbol takes two cells.
+fn table_width(area_width: u16) -> u16 {
+    area_width.saturating_sub(2)
+}
+
+/// The cells the longest of `values` needs in full.
+fn digits_needed(values: impl Iterator<Item = u64>) -> usize {
+    values.map(|n| n.to_string().len()).max().unwrap_or(0)
+}
+
+/// A count of things in memory as a number to fit; no count comes near i128's end.
+fn usize_units(n: usize) -> i128 {
+    i128::try_from(n).unwrap_or(i128::MAX)
+}
+
 fn draw_table<'a>(
     frame: &mut Frame,
     area: Rect,
@@ -1435,15 +1673,38 @@ pub fn json_text(value: &Value) -> String {
     sanitize(&serde_json::to_string(value).unwrap_or_default())
 }
 
-/// A JSON object as `name=value` words, so it wraps at word boundaries in a narrow
-/// pane; anything else as JSON. Sanitised like [`json_text`].
-fn fields_text(value: &Value) -> String {
+/// A JSON object as `name=value` words, so it wraps at word boundaries in a pane
+/// `width` cells wide; anything else as JSON. Sanitised like [`json_text`].
+///
+/// A wrapped word longer than the pane is broken across lines, which would show a
+/// number's first digits as if they were all of it. So an integer (wide ones come as
+/// strings) that does not fit on a line with its name starts a line of its own, and one
+/// wider than the pane is shortened to fit it.
+fn fields_text(value: &Value, width: u16) -> String {
+    let width = usize::from(width);
     match value {
         Value::Object(fields) => fields
             .iter()
-            .map(|(name, value)| match value {
-                Value::String(text) => format!("{}={}", sanitize(name), sanitize(text)),
-                other => format!("{}={}", sanitize(name), json_text(other)),
+            .map(|(name, value)| {
+                let name = sanitize(name);
+                let integer = match value {
+                    Value::Number(n) => n
+                        .as_i64()
+                        .map(i128::from)
+                        .or_else(|| n.as_u64().map(i128::from)),
+                    Value::String(text) => text.parse::<i128>().ok(),
+                    _ => None,
+                };
+                let text = match value {
+                    Value::String(text) => sanitize(text),
+                    other => json_text(other),
+                };
+                match integer {
+                    Some(n) if cells(&name) + 1 + cells(&text) > width => {
+                        format!("{name}= {}", fit_number(n, width))
+                    }
+                    _ => format!("{name}={text}"),
+                }
             })
             .collect::<Vec<_>>()
             .join(" "),
@@ -1459,6 +1720,14 @@ fn join_clean(items: &[Clean], separator: &str) -> String {
         .join(separator)
 }
 
+/// `style` over every span of `line`, as one span's style over its text would be.
+fn restyle(mut line: Line<'static>, style: Style) -> Line<'static> {
+    for span in &mut line.spans {
+        span.style = style.patch(span.style);
+    }
+    line
+}
+
 /// Amounts stay integers of minor units, as the ledger keeps them.
 fn money(amount: Option<u64>, currency: &Clean) -> String {
     match amount {
@@ -1467,23 +1736,53 @@ fn money(amount: Option<u64>, currency: &Clean) -> String {
     }
 }
 
-fn money_signed(amount: Units, currency: &Clean) -> String {
-    format!("{amount} {currency}")
+/// [`money`] in `width` cells: the number shortens, the currency stays.
+fn money_fit(amount: Option<u64>, currency: &Clean, width: u16) -> String {
+    match amount {
+        Some(amount) => fit_with_unit(amount.into(), &format!(" {currency}"), width.into()),
+        None => String::new(),
+    }
 }
 
+/// An age in at most 7 cells, the width of the age columns: past 999 days only the
+/// days are left, and past 999,999 days they shorten too (`1e7d`).
 pub fn format_age(ms: u64) -> String {
     let seconds = ms / 1000;
+    let days = seconds / 86_400;
     match seconds {
         0 => format!("{ms}ms"),
         1..60 => format!("{seconds}.{}s", (ms % 1000) / 100),
         60..3600 => format!("{}m{:02}s", seconds / 60, seconds % 60),
         3600..86_400 => format!("{}h{:02}m", seconds / 3600, (seconds % 3600) / 60),
-        _ => format!("{}d{:02}h", seconds / 86_400, (seconds % 86_400) / 3600),
+        _ if days < 1000 => format!("{days}d{:02}h", (seconds % 86_400) / 3600),
+        _ => fit_with_unit(days.into(), "d", 7),
     }
 }
 
+/// A latency in at most 9 cells: milliseconds below ten seconds, whole seconds above.
 fn millis(value: Option<f64>) -> String {
-    value.map_or_else(|| "–".to_string(), |ms| format!("{ms:.1} ms"))
+    match value {
+        None => "–".to_string(),
+        Some(ms) if ms.abs() < 10_000.0 => format!("{ms:.1} ms"),
+        Some(ms) => fit_with_unit(whole(ms / 1000.0), " s", 9),
+    }
+}
+
+/// A measurement with one decimal, or, past a million, a whole number fitted to 9 cells:
+/// `{:.1}` of a large float writes every digit of it.
+fn decimal(value: f64) -> String {
+    if value.abs() < 1e6 {
+        format!("{value:.1}")
+    } else {
+        fit_number(whole(value), 9)
+    }
+}
+
+/// The nearest integer; floats beyond i128 stop at its ends, which shows them as ±2e38.
+#[allow(clippy::cast_possible_truncation)]
+fn whole(value: f64) -> i128 {
+    // `as` saturates, which is the point here: a display value, never money.
+    value.round() as i128
 }
 
 fn disk_size(snapshot: &Snapshot) -> String {
@@ -1493,7 +1792,8 @@ fn disk_size(snapshot: &Snapshot) -> String {
 }
 
 pub fn format_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    // Up to EiB, which holds u64::MAX: the value stays under 1024 and so short.
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 1024 {
         return format!("{bytes} B");
     }
@@ -1537,5 +1837,56 @@ mod tests {
         assert_eq!(format_age(86_400_000 + 3_600_000), "1d01h");
         assert_eq!(format_bytes(123_456), "120.6 KiB");
         assert_eq!(format_bytes(10), "10 B");
+    }
+
+    /// The age columns are 7 cells wide; an age never needs more.
+    #[test]
+    fn ages_fit_seven_cells() {
+        let day = 86_400_000;
+        assert_eq!(format_age(999 * day + 23 * 3_600_000), "999d23h");
+        assert_eq!(format_age(1000 * day), "1000d");
+        assert_eq!(format_age(999_999 * day), "999999d");
+        assert_eq!(format_age(9_999_999 * day), "1e7d");
+        assert_eq!(format_age(u64::MAX), "2.1e11d");
+        for ms in [0, 999, 59_999, 3_599_999, 86_399_999, 1000 * day, u64::MAX] {
+            assert!(format_age(ms).chars().count() <= 7, "{ms}");
+        }
+    }
+
+    #[test]
+    fn measurements_stay_short() {
+        assert_eq!(millis(None), "–");
+        assert_eq!(millis(Some(0.84)), "0.8 ms");
+        assert_eq!(millis(Some(9_999.9)), "9999.9 ms");
+        assert_eq!(millis(Some(123_456.7)), "123 s");
+        assert_eq!(millis(Some(f64::MAX)), "1.7e38 s");
+        assert_eq!(decimal(12.0), "12.0");
+        assert_eq!(decimal(1e15), "1e15");
+        assert_eq!(decimal(-1e300), "-1.701e38");
+        assert_eq!(format_bytes(u64::MAX), "16.0 EiB");
+    }
+
+    /// i128 balances can add up past i128: the sum says so instead of wrapping around
+    /// (or, in a debug build, panicking).
+    #[test]
+    fn sums_beyond_i128_are_out_of_range() {
+        let account = |balance| Account {
+            account: Clean::default(),
+            currency: Clean::default(),
+            balance: Units(balance),
+            system: false,
+        };
+        let sums = currency_sums(
+            &[account(i128::MIN), account(i128::MIN)],
+            &std::collections::BTreeMap::new(),
+        );
+        assert_eq!(sums[0].local, None);
+        assert!(!sums[0].balanced());
+        let sums = currency_sums(
+            &[account(i128::MIN), account(i128::MAX), account(1)],
+            &std::collections::BTreeMap::new(),
+        );
+        assert_eq!(sums[0].local, Some(0));
+        assert!(sums[0].balanced());
     }
 }

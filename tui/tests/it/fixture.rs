@@ -3,7 +3,7 @@
 
 use ledger_tui::App;
 use ledger_tui::app::{Data, Event};
-use ledger_tui::model::{AccountsPage, FactRow, KeysPage, QuarantinePage, Snapshot};
+use ledger_tui::model::{AccountsPage, FactRow, KeysPage, QuarantinePage, Snapshot, Units};
 use serde_json::{Value, json};
 
 pub const SERVER: &str = "http://127.0.0.1:7420";
@@ -189,4 +189,165 @@ pub fn quarantine() -> QuarantinePage {
 
 pub fn data(data: Data) -> Event {
     Event::Data(data)
+}
+
+/// The balances after `deposits` deposits of 10^15 minor units (the largest amount the
+/// ledger takes) to alice: `@world` goes as far negative. Written as strings, as the
+/// worker writes amounts that outgrow 64 bits.
+pub fn accounts_after_deposits(deposits: i128) -> AccountsPage {
+    let total = deposits * 1_000_000_000_000_000;
+    serde_json::from_value(json!({
+        "accounts": [
+            {"account": "alice", "currency": "RUB", "balance": total.to_string(),
+             "system": false},
+            {"account": "@world", "currency": "RUB", "balance": (-total).to_string(),
+             "system": true}
+        ],
+        "sums": {"RUB": 0}
+    }))
+    .unwrap()
+}
+
+/// The largest amount the ledger takes, in minor units.
+const AMOUNT_MAX: u64 = 1_000_000_000_000_000;
+
+/// A snapshot with every counter near the end of its type: u64::MAX facts and keys,
+/// a latency of days, an average batch of 10^15.
+pub fn extreme_snapshot() -> Snapshot {
+    let throughput: Vec<Value> = (0..120u64)
+        .map(|i| {
+            json!({
+                "t": 1_796_040_000 - 119 + i64::try_from(i).unwrap(),
+                "applied": if i == 60 { u64::MAX } else { 123_456_789 + i },
+                "replayed": 99_999 * i,
+                "conflicts": if i.is_multiple_of(17) { AMOUNT_MAX } else { 0 },
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "now": NOW,
+        "last_seq": u64::MAX,
+        "keys": {"pending": u64::MAX, "done": u64::MAX - 1, "expired": AMOUNT_MAX},
+        "counters": {
+            "applied": u64::MAX, "rejected": 101_000_000_000_000_000_u64,
+            "replayed": u64::MAX - 2,
+            "conflicts_in_flight": 123_456_789_012_345_u64, "conflicts_reused": u64::MAX,
+            "expired": AMOUNT_MAX,
+            "rejections": {"insufficient_funds": u64::MAX,
+                           "withdrawal_not_found": 101_000_000_000_000_000_u64}
+        },
+        "throughput": throughput,
+        "commit": {"p50_ms": 123_456.7, "p99_ms": 1e12, "batch_size_avg": 1e15,
+                   "batches": u64::MAX},
+        "size_on_disk_bytes": u64::MAX,
+        "verify": {"at": "2026-11-30T11:59:00.000Z", "ok": true,
+                   "summary": "checked 18446744073709551615 facts, 0 violations"},
+        "pending": [
+            {"client": "shop", "key": "ord-max", "command": "withdraw", "account": "alice",
+             "amount": u64::MAX, "currency": "RUB", "age_ms": u64::MAX,
+             "lease_expired": true},
+            {"client": "default", "key": "dep-big", "command": "deposit", "account": "bob",
+             "amount": AMOUNT_MAX, "currency": "RUB", "age_ms": 86_400_000_u64 * 1000,
+             "lease_expired": false}
+        ],
+        "conflicts": [
+            {"at": "2026-11-30T11:59:58.120Z", "client": "shop", "key": "ord-max",
+             "kind": "in_flight", "command": "withdraw", "differs": []},
+            {"at": "2026-11-30T11:59:41.000Z", "client": "shop", "key": "ord-2",
+             "kind": "reused", "command": "withdraw", "differs": ["amount"]}
+        ]
+    }))
+    .unwrap()
+}
+
+/// Keys with the largest amounts a feed can carry and counters at u64::MAX.
+pub fn extreme_keys_page() -> KeysPage {
+    serde_json::from_value(json!({
+        "keys": [
+            {"client": "shop", "key": "ord-max", "status": "pending", "command": "withdraw",
+             "account": "alice", "amount": u64::MAX, "currency": "RUB",
+             "since": "2026-11-30T11:59:47.600Z", "age_ms": u64::MAX, "lease_expired": true,
+             "replays": u64::MAX, "conflicts": u64::MAX},
+            {"client": "default", "key": "dep-big", "status": "done", "command": "deposit",
+             "account": "alice", "amount": AMOUNT_MAX, "currency": "RUB",
+             "since": "2026-11-30T11:58:00.000Z", "age_ms": 86_400_000_u64 * 1000,
+             "lease_expired": false, "replays": 101_000_000_000_000_000_u64,
+             "conflicts": 0,
+             "outcome": {"key": "dep-big", "command": "deposit", "account": "alice",
+                         "amount": AMOUNT_MAX, "currency": "RUB", "seq": u64::MAX,
+                         "balance": 101_000_000_000_000_000_u64,
+                         "at": "2026-11-30T11:58:00.000Z"}},
+            {"client": "default", "key": "dep-1", "status": "expired", "command": "deposit",
+             "account": "bob", "amount": 1, "currency": "RUB",
+             "since": "2026-11-29T10:00:00.000Z", "age_ms": 93_600_000,
+             "lease_expired": false, "replays": 0, "conflicts": 0}
+        ],
+        "next": null
+    }))
+    .unwrap()
+}
+
+/// `@world` 101 deposits of 10^15 down, past i64 in USD, and both ends of i128 in EUR;
+/// GBP's sum is off, by as much as an i128 can be.
+pub fn extreme_accounts() -> AccountsPage {
+    serde_json::from_value(json!({
+        "accounts": [
+            {"account": "alice", "currency": "RUB", "balance": 101_000_000_000_000_000_i64,
+             "system": false},
+            {"account": "whale", "currency": "USD", "balance": "20000000000000000000",
+             "system": false},
+            {"account": "max", "currency": "EUR", "balance": i128::MAX.to_string(),
+             "system": false},
+            {"account": "zero", "currency": "RUB", "balance": 0, "system": false},
+            {"account": "@world", "currency": "RUB", "balance": -101_000_000_000_000_000_i64,
+             "system": true},
+            {"account": "@world", "currency": "USD", "balance": "-20000000000000000000",
+             "system": true},
+            {"account": "@world", "currency": "EUR", "balance": (-i128::MAX).to_string(),
+             "system": true},
+            {"account": "@world", "currency": "GBP", "balance": i128::MIN.to_string(),
+             "system": true}
+        ],
+        "sums": {"RUB": 0, "USD": 0, "EUR": 0, "GBP": i128::MIN.to_string()}
+    }))
+    .unwrap()
+}
+
+/// The last 30 facts of a log at u64::MAX, with the largest amounts and balances.
+pub fn extreme_facts() -> Vec<FactRow> {
+    facts(111, 140)
+        .into_iter()
+        .map(|mut fact| {
+            fact.seq = u64::MAX - (140 - fact.seq);
+            fact.amount = fact.amount.map(|amount| match amount {
+                1000 => u64::MAX,
+                _ => AMOUNT_MAX,
+            });
+            fact.balance_after = fact.balance_after.map(|after| match after.0 {
+                12_000 => Units(i128::MAX),
+                _ => Units(101_000_000_000_000_000),
+            });
+            fact
+        })
+        .collect()
+}
+
+/// [`live_app`] with every view's numbers at their extremes.
+pub fn extreme_app() -> App {
+    let mut app = App::new(SERVER, true);
+    app.handle(Event::Resize(80, 24));
+    // A quiet start, then the extremes: the trend is as large as the counts.
+    app.handle(data(Data::Snapshot(Box::new(snapshot(0, 0, 0)))));
+    app.handle(data(Data::Snapshot(Box::new(extreme_snapshot()))));
+    let query = app.key_query();
+    app.handle(data(Data::Keys {
+        query,
+        page: extreme_keys_page(),
+    }));
+    app.handle(data(Data::Accounts(extreme_accounts())));
+    app.handle(data(Data::Facts {
+        facts: extreme_facts(),
+        reset: true,
+    }));
+    app
 }

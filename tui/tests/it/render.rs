@@ -212,3 +212,95 @@ fn no_color_uses_no_colour() {
     let terminal = render(&live_app(true), 80, 24);
     assert!(coloured_cells(&terminal) > 0);
 }
+
+/// Every number on `line` that reads as one, abbreviated (`-1.01e17`) or not.
+fn numbers_on(line: &str) -> Vec<f64> {
+    line.split(|c: char| c.is_whitespace() || c == '│' || c == '"')
+        .filter_map(|word| word.parse::<f64>().ok())
+        .collect()
+}
+
+/// A balance too wide for its column keeps its sign and its magnitude at every size: it
+/// is shown in full, or abbreviated with its exponent, never cut from the left.
+#[test]
+fn big_balances_keep_their_sign_and_size() {
+    // 101 deposits fill an i64's 18 digits plus the sign; 20,000 outgrow an i64.
+    for deposits in [101, 20_000] {
+        let total = deposits as f64 * 1e15;
+        let mut app = live_app(true);
+        app.handle(data(Data::Accounts(fixture::accounts_after_deposits(
+            deposits,
+        ))));
+        press(&mut app, "4");
+        for (width, height) in SIZES {
+            app.handle(Event::Resize(width, height));
+            let screen = render(&app, width, height).backend().to_string();
+            for (account, expected) in [("alice", total), ("@world", -total)] {
+                let line = screen
+                    .lines()
+                    .find(|line| line.contains(account))
+                    .unwrap_or_else(|| panic!("no {account} at {width}x{height}:\n{screen}"));
+                let near = |n: &f64| ((n - expected) / expected).abs() < 1e-3;
+                assert!(
+                    numbers_on(line).iter().any(near),
+                    "{account} should show {expected:e} at {width}x{height}:\n{screen}"
+                );
+                assert!(
+                    !numbers_on(line).iter().any(|n| n.abs() > 1.0 && !near(n)),
+                    "{account} shows a wrong number at {width}x{height}:\n{screen}"
+                );
+            }
+        }
+    }
+}
+
+// Numbers at the ends of their types, in every view that shows them: each is shown in
+// full where its column can widen, else shortened with its exponent (`-1.01e17`), and
+// never cut without a mark.
+
+#[test]
+fn extreme_overview() {
+    check("extreme_overview", &fixture::extreme_app());
+}
+
+#[test]
+fn extreme_keys() {
+    let mut app = fixture::extreme_app();
+    press(&mut app, "2");
+    check("extreme_keys", &app);
+}
+
+#[test]
+fn extreme_keys_detail() {
+    let mut app = fixture::extreme_app();
+    press(&mut app, "2j<Enter>");
+    let mut detail = fixture::extreme_keys_page().keys[1].clone();
+    detail.fact = Some(
+        serde_json::json!({"seq": u64::MAX, "type": "DepositRecorded",
+        "account": "alice", "amount": 1_000_000_000_000_000_u64, "currency": "RUB",
+        "balance_after": "170141183460469231731687303715884105727"}),
+    );
+    app.handle(data(Data::KeyDetail(Box::new(detail))));
+    check("extreme_keys_detail", &app);
+}
+
+#[test]
+fn extreme_conflicts() {
+    let mut app = fixture::extreme_app();
+    press(&mut app, "3");
+    check("extreme_conflicts", &app);
+}
+
+#[test]
+fn extreme_balances() {
+    let mut app = fixture::extreme_app();
+    press(&mut app, "4");
+    check("extreme_balances", &app);
+}
+
+#[test]
+fn extreme_log() {
+    let mut app = fixture::extreme_app();
+    press(&mut app, "5");
+    check("extreme_log", &app);
+}
