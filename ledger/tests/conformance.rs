@@ -1315,10 +1315,16 @@ mod postgres_only {
             tokio::spawn(async move { submit(&store, "w-9", withdraw("alice", 100, rub())).await })
         };
         // Commit only once the attempt is waiting on the intruder's row, so that the
-        // attempt has decided and written its withdrawal first.
+        // attempt has decided and written its withdrawal first. Watched from a session
+        // outside any transaction: inside one (the intruder's), pg_stat_activity is read
+        // once and kept, and a first look taken before the attempt waited would stay.
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let watcher = session(&db.url).await;
         let mut waited = false;
         for _ in 0..250 {
-            let n: i64 = intruder
+            let n: i64 = watcher
                 .query_one(
                     "SELECT count(*) FROM pg_stat_activity \
                      WHERE wait_event_type = 'Lock' AND query LIKE '%idem_apply_v3%'",
