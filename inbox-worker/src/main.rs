@@ -162,9 +162,8 @@ struct ServeArgs {
     /// How often the sweeper runs (default: the smaller of 5s and half the retention).
     #[arg(long, value_parser = parse_duration)]
     sweep_every: Option<Duration>,
-    /// How often verify runs for the operator snapshot (it also runs at start). Verify
-    /// reads the whole log between two batches, holding commits meanwhile, so it runs only
-    /// while the ledger holds at most 20,000 facts; verify larger ones offline.
+    /// How often verify runs for the operator snapshot (it also runs at start). It reads
+    /// the log while commits go on, holding them only for a short last step.
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     verify_every: Duration,
     /// Open connections at most. At the cap a new client is still served: the oldest

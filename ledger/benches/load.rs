@@ -337,6 +337,48 @@ fn main() {
     }
     opens.sort_unstable();
     println!("open {n} facts: median {} ms (runs {:?})", opens[1], opens);
+
+    // Verify while commits go on: its speed, and how long a commit waits meanwhile,
+    // beside the same prober with no verify running, in the same run.
+    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let account = accounts[0].clone();
+    let probe = move |l: &Ledger, tag: &str, until: &dyn Fn() -> bool| {
+        let client = ClientId::default_client();
+        let mut worst = Duration::ZERO;
+        let mut count = 0u64;
+        while !until() {
+            let key = Key::parse(&format!("probe-{tag}-{count}")).unwrap();
+            let t = Instant::now();
+            l.submit(&client, &key, withdraw(&account)).unwrap();
+            worst = worst.max(t.elapsed());
+            count += 1;
+        }
+        (count, worst)
+    };
+    let quiet_until = Instant::now() + Duration::from_secs(3);
+    let (quiet_n, quiet_worst) = probe(&l, "quiet", &|| Instant::now() > quiet_until);
+    let done = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let (l, done) = (l.clone(), done.clone());
+        let probe = probe.clone();
+        std::thread::spawn(move || probe(&l, "busy", &|| done.load(Ordering::Relaxed)))
+    };
+    let t = Instant::now();
+    let report = l.verify().unwrap();
+    let verify_secs = t.elapsed().as_secs_f64();
+    done.store(true, Ordering::Relaxed);
+    let (busy_n, busy_worst) = prober.join().unwrap();
+    println!(
+        "verify {} facts while committing: {verify_secs:.2} s ({:.0} facts/s), {}; \
+         {busy_n} commits meanwhile, the slowest {:.1} ms (with no verify, 3 s: {quiet_n} \
+         commits, the slowest {:.1} ms)",
+        report.facts,
+        report.facts as f64 / verify_secs,
+        if report.ok() { "ok" } else { "VIOLATIONS" },
+        busy_worst.as_secs_f64() * 1e3,
+        quiet_worst.as_secs_f64() * 1e3,
+    );
+    l.shutdown();
 }
 
 fn dir_size(path: &std::path::Path) -> u64 {

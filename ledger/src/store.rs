@@ -236,7 +236,7 @@ const P_QUARANTINE: u8 = b'q';
 pub(crate) const STATS_KEY: &[u8] = b"s";
 const RECORD_VERSION: u8 = 1;
 
-fn fact_key(seq: u64) -> [u8; 9] {
+pub(crate) fn fact_key(seq: u64) -> [u8; 9] {
     let mut k = [P_FACT; 9];
     k[1..].copy_from_slice(&seq.to_be_bytes());
     k
@@ -257,7 +257,7 @@ pub(crate) fn scoped_key(prefix: u8, client: &ClientId, key: &str) -> Vec<u8> {
     k
 }
 
-fn account_key(account: &Account, currency: Currency) -> Vec<u8> {
+pub(crate) fn account_key(account: &Account, currency: Currency) -> Vec<u8> {
     let mut k = Vec::with_capacity(5 + account.as_str().len());
     k.push(P_ACCOUNT);
     k.extend_from_slice(account.as_str().as_bytes());
@@ -502,7 +502,9 @@ enum Request {
     Sweep {
         reply: Box<dyn FnOnce(Result<usize>) + Send>,
     },
+    /// The last step of an online verify, run between two batches.
     Verify {
+        step: Box<dyn FnOnce() -> Result<VerifyReport> + Send>,
         reply: Box<dyn FnOnce(Result<VerifyReport>) + Send>,
     },
     /// Holds the committer until the sender side is dropped (see [`Ledger::pause`]).
@@ -893,10 +895,13 @@ impl Ledger {
         wait_for(|reply| self.request(Request::Sweep { reply }))
     }
 
-    /// Rebuilds every projection from the log and checks the guarantees. Runs on the
-    /// committer, between batches, so it sees one consistent state.
+    /// Rebuilds every projection from the log and checks the guarantees, while commits
+    /// go on: the log up to the durable seq is read with no lock, and one short step
+    /// between two batches checks what was written meanwhile (see `verify_online`).
     pub fn verify(&self) -> Result<VerifyReport> {
-        wait_for(|reply| self.request(Request::Verify { reply }))
+        verify::verify_online(&self.shared.tree, &|| self.durable_seq(), &|step| {
+            wait_for(|reply| self.request(Request::Verify { step, reply }))
+        })
     }
 
     /// Queues a request for the committer. If it has stopped, the request (and its reply)
@@ -1495,11 +1500,11 @@ impl Committer {
                         }
                         self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
                     }
-                    Request::Verify { reply } => {
-                        // Verify reads the tree with every batch before it applied and
+                    Request::Verify { step, reply } => {
+                        // The step reads the tree with every batch before it applied and
                         // none running: one consistent state.
                         self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
-                        reply(verify::verify(&self.shared.tree));
+                        reply(step());
                     }
                     Request::Quarantine {
                         message_id,

@@ -1647,7 +1647,7 @@ impl PgStore {
         let mut balances = Balances::default();
         let mut stats = Stats::default();
         let mut seen: HashMap<(ClientId, Key), u64> = HashMap::new();
-        let mut withdrawals: HashMap<(ClientId, Key), (u64, u64)> = HashMap::new();
+        let mut withdrawals = verify::Withdrawals::new();
         let mut facts = 0u64;
 
         // The log, in seq order, a chunk per round trip.
@@ -1819,7 +1819,10 @@ impl PgStore {
             refunded_rows += 1;
             let stored = (get::<i64>(row, 2)?, get::<i64>(row, 3)?);
             let names = self.names(get(row, 0)?, get(row, 1)?).ok();
-            let folded = names.as_ref().and_then(|ck| withdrawals.get(ck)).copied();
+            let folded = names
+                .as_ref()
+                .and_then(|ck| withdrawals.get(&verify::key_digest(&ck.0, &ck.1)))
+                .copied();
             let folded_i =
                 folded.and_then(|(w, t)| Some((i64::try_from(w).ok()?, i64::try_from(t).ok()?)));
             if folded_i != Some(stored) {
