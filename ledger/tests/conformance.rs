@@ -1011,25 +1011,10 @@ async fn refund_held_on_postgres(store: &Arc<dyn Store>, url: &str) -> (Submissi
     };
     // Watched from a session outside any transaction: inside one, pg_stat_activity is read
     // once and kept, so the locker would never see the withdrawal start waiting.
-    let watcher = session(url).await;
-    let mut waiting = false;
-    for _ in 0..250 {
-        let n: i64 = watcher
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%idem_claim_v3%'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if n > 0 {
-            waiting = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(waiting, "the withdrawal never waited on alice's row");
+    assert!(
+        waits_on_a_lock(url, "idem_claim_v3").await,
+        "the withdrawal never waited on alice's row"
+    );
     let refund_answer = submit(store, "r-1", refund("w-1", 30)).await;
     locker.batch_execute("COMMIT").await.unwrap();
     (refund_answer, withdrawal.await.unwrap())
@@ -1321,25 +1306,10 @@ mod postgres_only {
         let Backing::Pg(db) = &env.backing else {
             unreachable!()
         };
-        let watcher = session(&db.url).await;
-        let mut waited = false;
-        for _ in 0..250 {
-            let n: i64 = watcher
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND query LIKE '%idem_apply_v3%'",
-                    &[],
-                )
-                .await
-                .unwrap()
-                .get(0);
-            if n > 0 {
-                waited = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert!(waited, "the attempt never waited on the intruder's key row");
+        assert!(
+            waits_on_a_lock(&db.url, "idem_apply_v3").await,
+            "the attempt never waited on the intruder's key row"
+        );
         intruder.batch_execute("COMMIT").await.unwrap();
         match attempt.await.unwrap() {
             Submission::Replayed(o) => assert_eq!(o, first),
@@ -1463,4 +1433,28 @@ mod postgres_only {
             other => panic!("expected Unavailable, got {:?}", other.map(|_| ())),
         }
     }
+}
+
+/// Whether a call of `function` comes to wait on a lock within 5 s, as seen from a
+/// session of its own outside any transaction: inside one, `pg_stat_activity` is read
+/// once and kept, so a first look taken before the wait began would stay.
+async fn waits_on_a_lock(url: &str, function: &str) -> bool {
+    let watcher = session(url).await;
+    let pattern = format!("%{function}%");
+    for _ in 0..250 {
+        let n: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
 }
