@@ -1,11 +1,11 @@
 //! `inbox-worker bench`: one workload, run in one go against the worker on sled, the
-//! worker on PostgreSQL, and pgbench running the seed's bare transaction (the floor: what
+//! worker on PostgreSQL, and pgbench running the bare hand-written transaction (the floor: what
 //! PostgreSQL itself does for one idempotent withdrawal, with no worker around it).
 //!
 //! For every concurrency and every target the bench starts from nothing: a fresh worker
 //! process (this same binary, `serve` on a temporary folder or on a fresh database
 //! `idem_bench_<random>`, dropped after), seeded with deposits, then measured for the
-//! duration with [`crate::load`], the engine `idem-load` uses too. pgbench gets the seed's
+//! duration with [`crate::load`], the engine `idem-load` uses too. pgbench gets the classic
 //! tables in a fresh database. Concurrency is the outer loop, so the targets compared at
 //! one concurrency are measured minutes apart, not a whole sweep apart, on a shared machine.
 //!
@@ -42,7 +42,7 @@ pub enum Target {
     Sled,
     /// `inbox-worker serve --store` on a fresh PostgreSQL database.
     Postgres,
-    /// pgbench running the seed's bare transaction on a fresh database.
+    /// pgbench running the bare hand-written transaction on a fresh database.
     Pgbench,
 }
 
@@ -755,7 +755,7 @@ fn count(url: &str, table: &str) -> Result<u64> {
         .with_context(|| format!("counting {table}: {text:?}"))
 }
 
-/// The seed's tables (its `idempotency_keys` verbatim; `accounts` and `ledger` with the
+/// The classic tables (its `idempotency_keys` verbatim; `accounts` and `ledger` with the
 /// columns its transaction uses), and `accounts` rows 1..=N with the deposit.
 fn schema(accounts: u64) -> String {
     format!(
@@ -779,7 +779,7 @@ VACUUM ANALYZE;
     )
 }
 
-/// The seed's transaction as a pgbench script: claim the key (INSERT … ON CONFLICT DO
+/// The classic transaction as a pgbench script: claim the key (INSERT … ON CONFLICT DO
 /// NOTHING RETURNING), and only if the row came back, withdraw (guarded against going
 /// negative), write the ledger row and mark the key done with its response; otherwise read
 /// the stored response (the replay). `n` counts each client's transactions, so
@@ -823,14 +823,14 @@ COMMIT;
     )
 }
 
-/// Runs pgbench with the seed's transaction at one concurrency, on a fresh database.
+/// Runs pgbench with the classic transaction at one concurrency, on a fresh database.
 fn pgbench_point(args: &BenchArgs, concurrency: usize) -> Result<Measured> {
     let dir = tempfile::Builder::new()
         .prefix("idem-pgbench-")
         .tempdir()
         .context("creating a temporary folder")?;
     let database = Database::create(&args.pg_url)?;
-    psql(&database.url, &schema(args.accounts)).context("creating the seed's tables")?;
+    psql(&database.url, &schema(args.accounts)).context("creating the classic tables")?;
     let script = dir.path().join("withdraw.sql");
     std::fs::write(&script, pgbench_script(args.hot, args.duplicates))?;
     let secs = args.duration.as_secs() + u64::from(args.duration.subsec_nanos() > 0);

@@ -1,6 +1,6 @@
 //! `submit`: the client side done right. One intent, one key, repeated in every retry;
 //! transport failures, 5xx and 409 are retried with exponential back-off and full jitter;
-//! the answer is classified into the exit codes of CONTRACT §4.
+//! the answer is classified into the exit codes of docs/cli.md.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! `demo`: the whole story in one command, needing nothing installed or running. A fresh
 //! ledger in a temporary folder, a real worker on a loopback port inside this process,
-//! the seed's scenario over HTTP, then a storm of at-least-once deliveries, a summary,
+//! one withdrawal and its retries over HTTP, then a storm of at-least-once deliveries, a summary,
 //! and `verify`.
 
 use std::io::Write;
@@ -163,7 +163,7 @@ fn story(
     )?;
     writeln!(
         out,
-        "1. The seed scenario: alice has 1000; a client withdraws 300 with key req-7f3a, \
+        "1. One withdrawal and its retries: alice has 1000; a client withdraws 300 with key req-7f3a, \
          loses the answer, and retries twice with the same key."
     )?;
     let mut tally = Tally::default();

@@ -1,4 +1,4 @@
-//! Idem's worker: serves a store (sled or PostgreSQL) over HTTP (CONTRACT §3) with the operator feed
+//! Idem's worker: serves a store (sled or PostgreSQL) over HTTP (docs/api.md) with the operator feed
 //! (docs/FEED.md), feeds inbox files through the ledger, and holds the CLI client and
 //! the demo. The ledger decides every outcome; this crate parses, transports, reports.
 //!

@@ -78,7 +78,7 @@ enum Cmd {
         )]
         store: Option<String>,
     },
-    /// Tell the whole story in one command: a fresh ledger, the seed scenario, a storm of
+    /// Tell the whole story in one command: a fresh ledger, one withdrawal and its retries, a storm of
     /// duplicate deliveries, and a verify. Needs nothing installed or running.
     Demo {
         /// Keep the demo's ledger in this folder instead of a temporary one.

@@ -1,4 +1,4 @@
-//! The HTTP API of CONTRACT §3 on axum: authenticates the client, parses the command,
+//! The HTTP API of docs/api.md on axum: authenticates the client, parses the command,
 //! hands it to the ledger and turns the ledger's answer into a response. The idempotency
 //! check is the ledger's, inside its commit: nothing here caches answers.
 

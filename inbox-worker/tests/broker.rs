@@ -1,4 +1,4 @@
-//! Issue 6: the seed's broker faults on a real RabbitMQ, against real worker processes on a
+//! The broker faults on a real RabbitMQ, against real worker processes on a
 //! real PostgreSQL store: a worker killed after its commit and before its ack, and the
 //! broker restarted mid-stream. After each, effects equal distinct keys and `verify`
 //! passes on PostgreSQL.

@@ -1,7 +1,7 @@
 //! The store interface: what a worker needs from wherever the facts live. Two
 //! implementations pass one conformance suite (`ledger/tests/conformance.rs`): the embedded
 //! sled [`Ledger`] (the default: one process, one disk) and [`crate::pg::PgStore`]
-//! (PostgreSQL: any number of workers on many hosts). Every guarantee of CONTRACT §2 is the
+//! (PostgreSQL: any number of workers on many hosts). Every guarantee of the guarantees in README.md is the
 //! store's to keep, inside its own commit; the worker above it only translates.
 //!
 //! The interface is async because PostgreSQL is reached over the network; the sled

@@ -1,4 +1,4 @@
-//! Issue 5: the bad-input catalogue, one table. Every row is a request with its expected
+//! The bad-input catalogue, one table. Every row is a request with its expected
 //! status and problem `code`, run through `check`, which also proves what the row did to
 //! the books: a refused request changes nothing and leaves its key unused; a business
 //! rejection stores exactly one outcome, replayed byte-identical on retry.
@@ -286,7 +286,7 @@ fn rows() -> Vec<Row> {
     ]
 }
 
-/// Rows where the worker breaks CONTRACT §3 today, each asserting the contract.
+/// Rows where the worker breaks docs/api.md today, each asserting the contract.
 /// What `check` compares before and after a row.
 #[derive(PartialEq, Debug)]
 struct State {

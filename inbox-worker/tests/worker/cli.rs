@@ -1,4 +1,4 @@
-//! The CLI client: exit codes of CONTRACT §4, and retries against a worker that is down.
+//! The CLI client: exit codes of docs/cli.md, and retries against a worker that is down.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -1,4 +1,4 @@
-//! Issue 5's crash loop on the real binary. One ledger folder, N cycles; each cycle starts
+//! The crash loop on the real binary. One ledger folder, N cycles; each cycle starts
 //! `inbox-worker serve` (one cycle in five is first killed while it starts), replays what
 //! the clients were answered before, runs load from four client threads for a random
 //! 100–400 ms (about 30 % repeats of earlier keys, and pairs of threads sending one key at

@@ -1,4 +1,4 @@
-//! Issue 5, the catalogue's rows that are about the store rather than one request: a
+//! The catalogue's rows that are about the store rather than one request: a
 //! corrupt record (the worker refuses to start, says so plainly, deletes nothing), a torn
 //! tail (it opens to a consistent earlier state or refuses clearly), and the clock going
 //! backwards across the retention (expired stays expired, nothing runs twice).

@@ -1,4 +1,4 @@
-//! Issue 5: no input makes the server panic or answer 5xx. One worker serves the whole
+//! No input makes the server panic or answer 5xx. One worker serves the whole
 //! property; every generated request (random method, path, key bytes, headers, body and
 //! framing) must get an answer below 500 on a connection that stays usable, and at the
 //! end the worker is healthy, stops cleanly and `verify` passes.

@@ -1,4 +1,4 @@
-//! Issue 6: several worker processes on one PostgreSQL database keep every guarantee,
+//! Several worker processes on one PostgreSQL database keep every guarantee,
 //! because all of them live in the database (unique indexes, guarded updates, one
 //! transaction per command), none in a worker's memory. Needs the PostgreSQL server of
 //! `IDEM_TEST_PG_URL`; without it the tests say they did not run, or fail when

@@ -1,7 +1,7 @@
 //! The PostgreSQL store: the same guarantees as the sled [`crate::Ledger`], kept by the
 //! database, so any number of workers on any number of hosts can share one ledger.
 //!
-//! Every command is one transaction in the shape of the seed's handler:
+//! Every command is one transaction in the shape of a hand-written idempotent handler:
 //!
 //! 1. claim: a transaction-scoped advisory lock on the key (and on the message id), held
 //!    to the commit, then read the key (and `INSERT INTO inbox … ON CONFLICT DO NOTHING`
