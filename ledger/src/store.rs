@@ -735,8 +735,9 @@ impl Ledger {
             (claim.fingerprint, ends)
         });
         // What the key durably holds answers a repeat of its own command (a replay) and
-        // refuses another (reused). A message is only ever refused here: its id must reach
-        // the committer, to be checked against the inbox and recorded with its answer.
+        // refuses another (reused). A message is never decided here: its id must reach the
+        // committer, to be checked against the inbox before its key and recorded with its
+        // answer.
         let answer = match live {
             // A live claim. What the key durably holds decides, not the claim: a claim of
             // another command may be an intruder on a key already done with this one (an
@@ -753,20 +754,25 @@ impl Ledger {
                     retry_after: Duration::from_millis(left.clamp(1, 1000))
                         .max(Duration::from_secs(1)),
                 };
-                Some(match shared.held(&shard, &ck) {
-                    Err(e) => Err(e),
-                    Ok(Some((stored, held))) if stored == fingerprint => match held {
-                        Held::Cached(_) | Held::Logged(_) if message.is_none() => {
-                            shared.replay(&mut shard, &ck, stored, held)
-                        }
-                        // Done with this command but not flushed yet (a takeover while the
-                        // first attempt's batch is in flight), or a message, whose id must
-                        // reach the committer to be recorded with its answer: come again.
-                        _ => Ok(in_flight),
-                    },
-                    Ok(Some(_)) => Ok(Submission::Reused),
-                    Ok(None) if claimed == fingerprint => Ok(in_flight),
-                    Ok(None) => Ok(Submission::Reused),
+                // A message comes again instead: refusing it here for the key would report
+                // a reused message id as a reused key.
+                Some(if message.is_some() {
+                    Ok(in_flight)
+                } else {
+                    match shared.held(&shard, &ck) {
+                        Err(e) => Err(e),
+                        Ok(Some((stored, held))) if stored == fingerprint => match held {
+                            Held::Cached(_) | Held::Logged(_) => {
+                                shared.replay(&mut shard, &ck, stored, held)
+                            }
+                            // Done with this command but not flushed yet (a takeover while the
+                            // first attempt's batch is in flight): come again.
+                            _ => Ok(in_flight),
+                        },
+                        Ok(Some(_)) => Ok(Submission::Reused),
+                        Ok(None) if claimed == fingerprint => Ok(in_flight),
+                        Ok(None) => Ok(Submission::Reused),
+                    }
                 })
             }
             // The lease ran out: take the claim over. The committer decides whether the

@@ -155,6 +155,7 @@ conformance!(
     two_workers_on_one_store_make_one_effect_per_key,
     retries_of_a_done_key_are_replayed_while_a_twin_holds_a_claim,
     a_refund_of_a_withdrawal_in_flight_is_in_progress_until_it_is_decided,
+    a_reused_message_id_is_quarantined_while_its_key_is_claimed,
 );
 
 // ---- helpers --------------------------------------------------------------------------
@@ -925,6 +926,59 @@ async fn retries_of_a_done_key_are_replayed_while_a_twin_holds_a_claim(env: &Env
         assert_eq!(balance(&store, "alice", rub()).await, Some(1_000));
         assert_eq!(fact_count(&store).await, 1);
         assert!(store.pending().is_empty());
+        close(store).await;
+    }
+}
+
+/// The inbox rule checks the message id before the key. A redelivered id with another
+/// payload is quarantined as `message_id_reused` even when it arrives while other messages
+/// hold claims on its key (they reuse the key for another command, and are refused as
+/// such): a claim never lets the key's check answer for the message id's.
+async fn a_reused_message_id_is_quarantined_while_its_key_is_claimed(env: &Env) {
+    let store = env.open().await;
+    executed(deliver(&store, "m-1", "k-1", deposit("alice", 100, rub())).await);
+    close(store).await;
+    for round in 0..4 {
+        // A store opened afresh holds no answer in memory: every arrival takes a claim.
+        env.clock.advance_ms(HOUR_MS);
+        let store = env.open().await;
+        let n = 24;
+        let barrier = Arc::new(tokio::sync::Barrier::new(n));
+        let tasks: Vec<_> = (0..n)
+            .map(|i| {
+                let (store, barrier) = (store.clone(), barrier.clone());
+                // Odd arrivals redeliver m-1 with another amount; even ones are new
+                // messages reusing its key for that same other amount.
+                let id = if i % 2 == 1 {
+                    "m-1".to_owned()
+                } else {
+                    format!("m-{round}-{i}")
+                };
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    loop {
+                        match deliver(&store, &id, "k-1", deposit("alice", 999, rub())).await {
+                            Submission::InProgress { .. } => {
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                            }
+                            answer => break (i % 2 == 1, answer),
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut wrong = Vec::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                (true, Submission::Quarantined { reason })
+                    if reason.starts_with("message_id_reused") => {}
+                (false, Submission::Reused) => {}
+                other => wrong.push(other),
+            }
+        }
+        assert!(wrong.is_empty(), "round {round}: {wrong:?}");
+        assert_eq!(balance(&store, "alice", rub()).await, Some(100));
+        assert_eq!(fact_count(&store).await, 1);
         close(store).await;
     }
 }

@@ -947,18 +947,23 @@ impl PgStore {
         let in_flight = Submission::InProgress {
             retry_after: RETRY_AFTER,
         };
-        let answer = match self.done_key(ck).await? {
-            Some((stored, _)) if stored != fingerprint => Submission::Reused,
-            Some((_, fact)) if !message => {
-                inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
-                inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
-                Submission::Replayed(Outcome::from_fact(&fact))
+        // A message comes again once the twin is done: the inbox rule checks its id before
+        // the key (refusing it here for the key would report a reused message id as a
+        // reused key), and it is recorded in the inbox with the key's fact, which takes a
+        // transaction of its own.
+        let answer = if message {
+            in_flight
+        } else {
+            match self.done_key(ck).await? {
+                Some((stored, _)) if stored != fingerprint => Submission::Reused,
+                Some((_, fact)) => {
+                    inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
+                    inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
+                    Submission::Replayed(Outcome::from_fact(&fact))
+                }
+                None if claimed == fingerprint => in_flight,
+                None => Submission::Reused,
             }
-            // A message must be recorded in the inbox with the key's fact, which takes a
-            // transaction of its own: it comes again once the twin is done.
-            Some(_) => in_flight,
-            None if claimed == fingerprint => in_flight,
-            None => Submission::Reused,
         };
         let counter = match &answer {
             Submission::Replayed(_) => &inner.replayed,

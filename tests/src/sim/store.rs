@@ -263,19 +263,21 @@ impl SimStore {
     }
 
     /// Under a live claim, what the key itself holds decides, as in
-    /// `Ledger::submit_with`: done with the arriving command and durable → its replay; done
-    /// with it but not flushed, or a message → in flight; done with another command →
-    /// reused; nothing yet → `None` (the claim decides).
+    /// `Ledger::submit_with`: a message → in flight (its id is checked first, by the
+    /// committer); done with the arriving command and durable → its replay; done with it
+    /// but not flushed → in flight; done with another command → reused; nothing yet →
+    /// `None` (the claim decides).
     fn held_by_key(&mut self, ck: &Ck, fingerprint: Fingerprint, message: bool) -> Option<Answer> {
         let in_flight = Some(Ok(Submission::InProgress {
             retry_after: Duration::from_secs(1),
         }));
+        if message {
+            return in_flight;
+        }
         let reused = Some(Ok(Submission::Reused));
         if let Some((stored, outcome)) = self.answers.get(ck) {
             return if *stored != fingerprint {
                 reused
-            } else if message {
-                in_flight
             } else {
                 Some(Ok(Submission::Replayed(outcome.clone())))
             };
@@ -284,7 +286,7 @@ impl SimStore {
         if rec.fingerprint != fingerprint {
             return reused;
         }
-        if message || self.durable.keys.get(ck).is_none_or(|d| d.seq != rec.seq) {
+        if self.durable.keys.get(ck).is_none_or(|d| d.seq != rec.seq) {
             return in_flight;
         }
         let outcome = self.tree.outcome(rec)?;
