@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use ledger::{Rejection, Stats, Store};
+use ledger::{Limit, MemoryUse, Rejection, Stats, Store};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -13,6 +13,26 @@ use serde_json::{Value, json};
 pub const CONFLICTS_MAX: usize = 50;
 /// Seconds of throughput history the snapshot shows.
 pub const THROUGHPUT_SECONDS: usize = 120;
+/// Events the operator feed keeps for slow readers before they lag (and are told so).
+pub const FEED_EVENTS: usize = 4096;
+
+/// The worker's memory bound (docs/operations.md, "Memory") is the sum of these and of
+/// each structure's own bound. The constants were measured on the release build with a
+/// million keys at page caches of 1 to 256 MiB (BENCHMARKS.md, "Memory").
+pub mod bound {
+    /// Code, the runtime's threads, the allocator's reserve and sled's fixed buffers.
+    pub const BASE_BYTES: u64 = 112 << 20;
+    /// sled counts a cached page at its size on disk; in memory it takes up to this many
+    /// times that.
+    pub const PAGE_CACHE_FACTOR: u64 = 4;
+    /// sled's page table and node overhead outside its cache, per key in the ledger.
+    pub const INDEX_BYTES_PER_KEY: u64 = 48;
+    /// One open connection: hyper's buffers and its task (37 KiB measured with 3,100
+    /// held connections).
+    pub const CONNECTION_BYTES: u64 = 40 << 10;
+    /// A feed event or a listed conflict: a small JSON object.
+    pub const EVENT_BYTES: u64 = 1 << 10;
+}
 
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -71,8 +91,43 @@ impl Metrics {
         self.throughput.lock().iter().cloned().collect()
     }
 
-    /// The Prometheus text exposition of the worker and its ledger.
-    pub fn render(&self, stats: &Stats, ledger: &dyn Store) -> String {
+    /// The worker's own structures that grow with use, beside the store's: connections,
+    /// the conflicts list, the throughput history and the feed's event buffer.
+    pub fn memory(&self, max_connections: usize, feed_queued: usize) -> Vec<MemoryUse> {
+        let open = u64::try_from(self.open_connections.load(Ordering::Relaxed)).unwrap_or(0);
+        let list = |structure, entries: usize, max: usize, each: u64| MemoryUse {
+            structure,
+            entries: entries as u64,
+            limit: Limit::Entries(max as u64),
+            bytes: entries as u64 * each,
+            bound_bytes: Some(max as u64 * each),
+        };
+        vec![
+            list(
+                "connections",
+                usize::try_from(open).unwrap_or(usize::MAX),
+                max_connections,
+                bound::CONNECTION_BYTES,
+            ),
+            list(
+                "conflicts",
+                self.conflicts.lock().len(),
+                CONFLICTS_MAX,
+                bound::EVENT_BYTES,
+            ),
+            list(
+                "throughput",
+                self.throughput.lock().len(),
+                THROUGHPUT_SECONDS,
+                bound::EVENT_BYTES,
+            ),
+            list("feed_events", feed_queued, FEED_EVENTS, bound::EVENT_BYTES),
+        ]
+    }
+
+    /// The Prometheus text exposition of the worker and its ledger; `own` is
+    /// [`Metrics::memory`]'s answer.
+    pub fn render(&self, stats: &Stats, ledger: &dyn Store, own: Vec<MemoryUse>) -> String {
         let commit = ledger.commit_metrics();
         let mut out = String::with_capacity(4096);
         let mut counter = |name: &str, help: &str, kind: &str, rows: Vec<(String, String)>| {
@@ -255,6 +310,54 @@ impl Metrics {
             "gauge",
             one(u64::from(ledger.failure().is_none())),
         );
+        let mut uses = ledger.memory();
+        uses.extend(own);
+        let by = |f: &dyn Fn(&MemoryUse) -> Option<u64>| -> Vec<(String, String)> {
+            uses.iter()
+                .filter_map(|u| {
+                    Some((
+                        format!("{{structure=\"{}\"}}", u.structure),
+                        f(u)?.to_string(),
+                    ))
+                })
+                .collect()
+        };
+        counter(
+            "idem_memory_entries",
+            "Entries held by each in-memory structure that grows with use.",
+            "gauge",
+            by(&|u| (!matches!(u.limit, Limit::Bytes(_))).then_some(u.entries)),
+        );
+        counter(
+            "idem_memory_entries_max",
+            "The most entries a structure keeps; past it, it forgets.",
+            "gauge",
+            by(&|u| match u.limit {
+                Limit::Entries(n) => Some(n),
+                _ => None,
+            }),
+        );
+        counter(
+            "idem_memory_estimated_bytes",
+            "Estimated bytes each structure holds now (the page cache: its setting).",
+            "gauge",
+            by(&|u| Some(u.bytes)),
+        );
+        counter(
+            "idem_memory_bound_bytes",
+            "What the worker's memory stays under at its settings, its keys and accounts \
+             (docs/operations.md, \"Memory\").",
+            "gauge",
+            one(memory_bound(&uses, stats.keys_done + stats.keys_expired)),
+        );
+        if let Some(rss) = resident_bytes() {
+            counter(
+                "idem_process_resident_bytes",
+                "The worker's resident memory, as the kernel counts it.",
+                "gauge",
+                one(rss),
+            );
+        }
         out
     }
 }
@@ -319,6 +422,36 @@ pub fn commit_summary(ledger: &dyn Store) -> Value {
         "batch_size_avg": avg,
         "batches": m.batches,
     })
+}
+
+/// The worker's memory bound: a base, the page cache at what it really takes in memory,
+/// sled's index per key, every structure at its limit, and what grows with accounts or
+/// requests in flight at its present size.
+pub fn memory_bound(uses: &[MemoryUse], keys: u64) -> u64 {
+    let mut total = bound::BASE_BYTES;
+    let mut sled = false;
+    for u in uses {
+        total += match (u.limit, u.bound_bytes) {
+            (Limit::Bytes(cache), _) => {
+                sled = true;
+                cache * bound::PAGE_CACHE_FACTOR
+            }
+            (_, Some(b)) => b,
+            (_, None) => u.bytes,
+        };
+    }
+    if sled {
+        total += keys * bound::INDEX_BYTES_PER_KEY;
+    }
+    total
+}
+
+/// Resident set size from `/proc/self/status` (Linux); `None` elsewhere.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 #[cfg(test)]

@@ -237,7 +237,7 @@ where
 {
     check_exposure(listener.local_addr()?, &options)?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let (events, _) = broadcast::channel(4096);
+    let (events, _) = broadcast::channel(crate::metrics::FEED_EVENTS);
     let app = Arc::new(App {
         store: ledger,
         metrics: Arc::new(Metrics::new()),
@@ -1003,7 +1003,10 @@ async fn healthz(State(app): State<Shared>) -> Response {
 
 async fn metrics(State(app): State<Shared>) -> Response {
     let stats = app.store.stats().await.unwrap_or_default();
-    let mut text = app.metrics.render(&stats, &*app.store);
+    let own = app
+        .metrics
+        .memory(app.options.limits.max_connections, app.events.len());
+    let mut text = app.metrics.render(&stats, &*app.store, own);
     if let Some(amqp) = &app.options.amqp_stats {
         amqp.write_prometheus(&mut text);
     }

@@ -107,6 +107,8 @@ pub trait Store: Send + Sync + 'static {
     /// The highest seq this process knows to be durable.
     fn durable_seq(&self) -> u64;
     fn commit_metrics(&self) -> CommitMetrics;
+    /// What the store keeps in memory, structure by structure, with each one's bound.
+    fn memory(&self) -> Vec<crate::memory::MemoryUse>;
     async fn size_on_disk(&self) -> Result<u64>;
     /// The reason the store stopped writing, if it did.
     fn failure(&self) -> Option<String>;
@@ -211,6 +213,9 @@ impl Store for Ledger {
     }
     fn commit_metrics(&self) -> CommitMetrics {
         Ledger::commit_metrics(self)
+    }
+    fn memory(&self) -> Vec<crate::memory::MemoryUse> {
+        Ledger::memory(self)
     }
     async fn size_on_disk(&self) -> Result<u64> {
         Ledger::size_on_disk(self)

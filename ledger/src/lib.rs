@@ -6,6 +6,7 @@ pub mod clock;
 pub mod core;
 pub mod domain;
 pub mod fact;
+pub mod memory;
 pub mod pg;
 pub mod projection;
 pub mod store;
@@ -20,6 +21,7 @@ pub use domain::{
     Rejection, Timestamp,
 };
 pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
+pub use memory::{Limit, MemoryUse};
 pub use pg::{PgOptions, PgStore};
 pub use projection::{Balances, Observed, Stats};
 pub use store::{

@@ -20,6 +20,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
 use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp};
 use crate::fact::{DecodeError, Fact, FactBody, Outcome};
+use crate::memory::{self, Limit, MemoryUse};
 use crate::projection::{Balances, Observed, Stats};
 use crate::verify::{self, VerifyReport};
 
@@ -344,6 +345,36 @@ pub(crate) fn message_fingerprint(client: &ClientId, key: &Key, command: &Comman
 }
 
 // ---- shared state --------------------------------------------------------------------
+
+fn use_of(structure: &'static str, limit: Limit, bound_bytes: Option<u64>) -> MemoryUse {
+    MemoryUse {
+        structure,
+        entries: 0,
+        limit,
+        bytes: 0,
+        bound_bytes,
+    }
+}
+
+/// The balances every store keeps in memory: one entry per (account, currency), in
+/// B-trees whose nodes hold eleven entries and are about two thirds full.
+pub(crate) fn balances_use(balances: &Balances) -> MemoryUse {
+    let mut entries = 0;
+    let mut bytes = 0;
+    for (account, by_currency) in &balances.accounts {
+        entries += by_currency.len() as u64;
+        bytes += (std::mem::size_of::<(Account, BTreeMap<Currency, i128>)>() as u64) * 3 / 2
+            + memory::heap_str(account.as_str().len())
+            + (std::mem::size_of::<(Currency, i128)>() as u64) * 3 / 2 * by_currency.len() as u64;
+    }
+    MemoryUse {
+        structure: "balances",
+        entries,
+        limit: Limit::Accounts,
+        bytes,
+        bound_bytes: None,
+    }
+}
 
 const SHARDS: usize = 64;
 const ACTIVITY_PER_SHARD: usize = 4096;
@@ -949,6 +980,59 @@ impl Ledger {
 
     pub fn commit_metrics(&self) -> CommitMetrics {
         self.shared.metrics.lock().clone()
+    }
+
+    /// What this store keeps in memory besides sled's page cache, structure by structure;
+    /// the page cache is bounded by [`Config::cache_capacity_bytes`].
+    pub fn memory(&self) -> Vec<MemoryUse> {
+        type Ck = (ClientId, Key);
+        let shards = SHARDS as u64;
+        let answers_max = shards * ANSWERS_PER_SHARD as u64;
+        let activity_max = shards * ACTIVITY_PER_SHARD as u64;
+        let answer_slot = std::mem::size_of::<(Ck, (Fingerprint, Outcome))>();
+        let activity_slot = std::mem::size_of::<(Ck, (u32, u32))>();
+        let mut claims = use_of("claims", Limit::InFlight, None);
+        // An answer owns the key's client and name, the receipt's key, and an account
+        // (or a withdrawal's key) in the command and the receipt.
+        let mut answers = use_of(
+            "answers",
+            Limit::Entries(answers_max),
+            Some(memory::at_limit(answers_max, answer_slot, 5)),
+        );
+        let mut activity = use_of(
+            "activity",
+            Limit::Entries(activity_max),
+            Some(memory::at_limit(activity_max, activity_slot, 2)),
+        );
+        for shard in &self.shared.shards {
+            let shard = shard.lock();
+            for (ck, claim) in &shard.claims {
+                claims.entries += 1;
+                claims.bytes += memory::slot(std::mem::size_of::<(Ck, Claim)>())
+                    + memory::key_heap(&ck.0, &ck.1)
+                    + memory::command_heap(&claim.command);
+            }
+            for (ck, (_, outcome)) in &shard.answers {
+                answers.entries += 1;
+                answers.bytes += memory::slot(answer_slot)
+                    + memory::key_heap(&ck.0, &ck.1)
+                    + memory::outcome_heap(outcome);
+            }
+            for ck in shard.activity.keys() {
+                activity.entries += 1;
+                activity.bytes += memory::slot(activity_slot) + memory::key_heap(&ck.0, &ck.1);
+            }
+        }
+        let cache = self.shared.config.cache_capacity_bytes;
+        let page_cache = MemoryUse {
+            structure: "page_cache",
+            entries: 0,
+            limit: Limit::Bytes(cache),
+            bytes: cache,
+            bound_bytes: None,
+        };
+        let balances = balances_use(&self.shared.state.read().balances);
+        vec![claims, answers, activity, balances, page_cache]
     }
 
     /// Balances of one account, per currency (system accounts may hold several).

@@ -471,6 +471,9 @@ impl Store for Faulty {
     fn commit_metrics(&self) -> CommitMetrics {
         self.inner.commit_metrics()
     }
+    fn memory(&self) -> Vec<ledger::MemoryUse> {
+        self.inner.memory()
+    }
     async fn size_on_disk(&self) -> Result<u64, LedgerError> {
         self.inner.size_on_disk().await
     }

@@ -62,6 +62,7 @@ use crate::domain::{
     Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Rejection, Timestamp,
 };
 use crate::fact::{self, Fact, FactBody, Outcome};
+use crate::memory::{self, Limit, MemoryUse};
 use crate::projection::{self, Balances, Observed, Stats};
 use crate::store::{
     CommitMetrics, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyStatus, LATENCY_BUCKETS_US, LedgerError,
@@ -2122,6 +2123,44 @@ impl Store for PgStore {
 
     fn commit_metrics(&self) -> CommitMetrics {
         self.inner.metrics.lock().clone()
+    }
+
+    fn memory(&self) -> Vec<MemoryUse> {
+        type Ck = (ClientId, Key);
+        let claims = self.inner.claims.lock();
+        let claims = MemoryUse {
+            structure: "claims",
+            entries: claims.len() as u64,
+            limit: Limit::InFlight,
+            bound_bytes: None,
+            bytes: claims
+                .iter()
+                .map(|(ck, claim)| {
+                    memory::slot(std::mem::size_of::<(Ck, Claim)>())
+                        + memory::key_heap(&ck.0, &ck.1)
+                        + memory::command_heap(&claim.command)
+                })
+                .sum(),
+        };
+        let activity = self.inner.activity.lock();
+        let activity = MemoryUse {
+            structure: "activity",
+            entries: activity.len() as u64,
+            limit: Limit::Entries(ACTIVITY_MAX as u64),
+            bound_bytes: Some(memory::at_limit(
+                ACTIVITY_MAX as u64,
+                std::mem::size_of::<(Ck, (u32, u32))>(),
+                2,
+            )),
+            bytes: activity
+                .keys()
+                .map(|ck| {
+                    memory::slot(std::mem::size_of::<(Ck, (u32, u32))>())
+                        + memory::key_heap(&ck.0, &ck.1)
+                })
+                .sum(),
+        };
+        vec![claims, activity]
     }
 
     async fn size_on_disk(&self) -> Result<u64> {
