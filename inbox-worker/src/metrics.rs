@@ -27,6 +27,10 @@ pub mod bound {
     pub const PAGE_CACHE_FACTOR: u64 = 4;
     /// sled's page table and node overhead outside its cache, per key in the ledger.
     pub const INDEX_BYTES_PER_KEY: u64 = 48;
+    /// What a running `verify` holds per fact: 64-bit digests of each fact's key and
+    /// command, of each key record, of each withdrawal and its refunds, in tables sized
+    /// for the ledger (the worker verifies every `--verify-every`).
+    pub const VERIFY_BYTES_PER_FACT: u64 = 160;
     /// One open connection: hyper's buffers and its task (37 KiB measured with 3,100
     /// held connections).
     pub const CONNECTION_BYTES: u64 = 40 << 10;
@@ -348,7 +352,11 @@ impl Metrics {
             "What the worker's memory stays under at its settings, its keys and accounts \
              (docs/operations.md, \"Memory\").",
             "gauge",
-            one(memory_bound(&uses, stats.keys_done + stats.keys_expired)),
+            one(memory_bound(
+                &uses,
+                stats.keys_done + stats.keys_expired,
+                stats.last_seq,
+            )),
         );
         if let Some(rss) = resident_bytes() {
             counter(
@@ -425,10 +433,10 @@ pub fn commit_summary(ledger: &dyn Store) -> Value {
 }
 
 /// The worker's memory bound: a base, the page cache at what it really takes in memory,
-/// sled's index per key, every structure at its limit, and what grows with accounts or
-/// requests in flight at its present size.
-pub fn memory_bound(uses: &[MemoryUse], keys: u64) -> u64 {
-    let mut total = bound::BASE_BYTES;
+/// sled's index per key, a verify's digests per fact, every structure at its limit, and
+/// what grows with accounts or requests in flight at its present size.
+pub fn memory_bound(uses: &[MemoryUse], keys: u64, facts: u64) -> u64 {
+    let mut total = bound::BASE_BYTES + facts * bound::VERIFY_BYTES_PER_FACT;
     let mut sled = false;
     for u in uses {
         total += match (u.limit, u.bound_bytes) {

@@ -259,47 +259,87 @@ impl Command {
     /// whatever the JSON they were parsed from looked like.
     pub fn canonical_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
-        let mut field = |b: &[u8]| {
-            out.extend_from_slice(&(b.len() as u64).to_be_bytes());
-            out.extend_from_slice(b);
-        };
+        self.parts().write(&mut |b| out.extend_from_slice(b));
+        out
+    }
+
+    fn parts(&self) -> CommandParts<'_> {
         match self {
             Command::Deposit {
                 account,
                 amount,
                 currency,
-            } => {
-                field(b"deposit");
-                field(account.as_str().as_bytes());
-                field(&amount.units().to_be_bytes());
-                field(currency.as_str().as_bytes());
-            }
+            } => CommandParts::movement(b"deposit", account, *amount, *currency),
             Command::Withdraw {
                 account,
                 amount,
                 currency,
-            } => {
-                field(b"withdraw");
-                field(account.as_str().as_bytes());
-                field(&amount.units().to_be_bytes());
-                field(currency.as_str().as_bytes());
-            }
-            Command::Refund { withdrawal, amount } => {
-                field(b"refund");
-                field(withdrawal.as_str().as_bytes());
-                field(&amount.units().to_be_bytes());
-            }
+            } => CommandParts::movement(b"withdraw", account, *amount, *currency),
+            Command::Refund { withdrawal, amount } => CommandParts::refund(withdrawal, *amount),
         }
-        out
     }
 
     /// A 128-bit SHA-256 prefix of the canonical form: what a key remembers of its
     /// command, to tell a retry from a reuse of the key for another command.
     pub fn fingerprint(&self) -> Fingerprint {
+        self.parts().fingerprint()
+    }
+}
+
+/// A command's canonical form as borrowed fields, so that a fact's fingerprint is hashed
+/// from the fact without building its command (a verify does it for every fact).
+#[derive(Clone, Copy)]
+pub(crate) struct CommandParts<'a> {
+    kind: &'static [u8],
+    name: &'a str,
+    amount: Amount,
+    currency: Option<Currency>,
+}
+
+impl<'a> CommandParts<'a> {
+    pub(crate) fn movement(
+        kind: &'static [u8],
+        account: &'a Account,
+        amount: Amount,
+        currency: Currency,
+    ) -> Self {
+        Self {
+            kind,
+            name: account.as_str(),
+            amount,
+            currency: Some(currency),
+        }
+    }
+
+    pub(crate) fn refund(withdrawal: &'a Key, amount: Amount) -> Self {
+        Self {
+            kind: b"refund",
+            name: withdrawal.as_str(),
+            amount,
+            currency: None,
+        }
+    }
+
+    /// Each field as its length (8 bytes, big-endian) and its bytes.
+    fn write(&self, out: &mut dyn FnMut(&[u8])) {
+        let mut field = |b: &[u8]| {
+            out(&(b.len() as u64).to_be_bytes());
+            out(b);
+        };
+        field(self.kind);
+        field(self.name.as_bytes());
+        field(&self.amount.units().to_be_bytes());
+        if let Some(currency) = self.currency {
+            field(currency.as_str().as_bytes());
+        }
+    }
+
+    pub(crate) fn fingerprint(&self) -> Fingerprint {
         use sha2::{Digest, Sha256};
-        let digest = Sha256::digest(self.canonical_bytes());
+        let mut h = Sha256::new();
+        self.write(&mut |b| h.update(b));
         let mut f = [0u8; 16];
-        f.copy_from_slice(&digest[..16]);
+        f.copy_from_slice(&h.finalize()[..16]);
         Fingerprint(f)
     }
 }

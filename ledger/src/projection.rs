@@ -2,6 +2,7 @@
 //! be rebuilt from the facts alone (see `verify`).
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use serde::{Deserialize, Serialize};
 
@@ -17,57 +18,48 @@ pub struct Balances {
 }
 
 /// The legs of a fact: (account, currency, signed change). Rejections move nothing.
-pub fn legs(fact: &Fact) -> Vec<(Account, Currency, i128)> {
-    match &fact.body {
+/// Borrowed and without allocation: every commit and every verified fact folds them.
+pub fn legs(fact: &Fact) -> impl Iterator<Item = (&Account, Currency, i128)> {
+    static WORLD: LazyLock<Account> = LazyLock::new(Account::world);
+    static PAYOUTS: LazyLock<Account> = LazyLock::new(Account::payouts);
+    let pair = match &fact.body {
         FactBody::DepositRecorded {
             account,
             amount,
             currency,
             ..
-        } => {
-            let a = i128::from(amount.units());
-            vec![
-                (Account::world(), *currency, -a),
-                (account.clone(), *currency, a),
-            ]
-        }
+        } => Some((&*WORLD, account, *currency, amount.units())),
         FactBody::WithdrawalRecorded {
             account,
             amount,
             currency,
             ..
-        } => {
-            let a = i128::from(amount.units());
-            vec![
-                (account.clone(), *currency, -a),
-                (Account::payouts(), *currency, a),
-            ]
-        }
+        } => Some((account, &*PAYOUTS, *currency, amount.units())),
         FactBody::RefundRecorded {
             account,
             amount,
             currency,
             ..
-        } => {
-            let a = i128::from(amount.units());
-            vec![
-                (Account::payouts(), *currency, -a),
-                (account.clone(), *currency, a),
-            ]
-        }
-        FactBody::CommandRejected { .. } => Vec::new(),
-    }
+        } => Some((&*PAYOUTS, account, *currency, amount.units())),
+        FactBody::CommandRejected { .. } => None,
+    };
+    pair.map(|(from, to, currency, units)| {
+        let a = i128::from(units);
+        [(from, currency, -a), (to, currency, a)]
+    })
+    .into_iter()
+    .flatten()
 }
 
 impl Balances {
     pub fn apply(&mut self, fact: &Fact) {
         for (account, currency, delta) in legs(fact) {
-            let balance = self
-                .accounts
-                .entry(account)
-                .or_default()
-                .entry(currency)
-                .or_insert(0);
+            // The account's name is copied only the first time it is seen.
+            let per_currency = match self.accounts.get_mut(account) {
+                Some(p) => p,
+                None => self.accounts.entry(account.clone()).or_default(),
+            };
+            let balance = per_currency.entry(currency).or_insert(0);
             *balance = balance.saturating_add(delta);
         }
     }

@@ -1805,7 +1805,7 @@ impl Committer {
             let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
                 self.balances
                     .accounts
-                    .get(&account)
+                    .get(account)
                     .cloned()
                     .unwrap_or_default()
             });
@@ -1813,7 +1813,7 @@ impl Committer {
             *b = b.saturating_add(delta);
             staged
                 .batch
-                .insert(account_key(&account, currency), b.to_be_bytes().to_vec());
+                .insert(account_key(account, currency), b.to_be_bytes().to_vec());
         }
         if let FactBody::RefundRecorded {
             withdrawal,

@@ -1,7 +1,8 @@
 //! `verify`: rebuilds every projection from the log and checks each guarantee, reporting
 //! every violation precisely rather than stopping at the first.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
@@ -102,7 +103,29 @@ impl Report {
 /// Withdrawals by the digest of (client, key) (see [`key_digest`]): (amount withdrawn,
 /// refunded so far). Digests keep a million withdrawals at 16 bytes each instead of two
 /// strings each.
-pub(crate) type Withdrawals = HashMap<u64, (u64, u64)>;
+pub(crate) type Withdrawals = DigestMap<(u64, u64)>;
+
+/// A map keyed by 64-bit digests. The key already is a hash, so it is used as its own:
+/// hashing it again with SipHash was a tenth of a verify's time.
+pub(crate) type DigestMap<V> = HashMap<u64, V, BuildHasherDefault<DigestHasher>>;
+
+#[derive(Default, Clone, Copy)]
+pub(crate) struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only u64 keys are hashed here; bytes still mix, should anything else be.
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
 
 /// Checks one fact against the fold of the facts before it: the balance it claims, no
 /// overdraft, and refund bounds. `withdrawals` maps (client, withdrawal key) to (amount
@@ -116,7 +139,7 @@ pub(crate) fn check_fold(
     let mut after = None;
     for (account, currency, delta) in crate::projection::legs(fact) {
         if !account.is_system() {
-            after = Some(before.get(&account, currency).unwrap_or(0) + delta);
+            after = Some(before.get(account, currency).unwrap_or(0) + delta);
         }
     }
     let claimed = match &fact.body {
@@ -253,8 +276,9 @@ struct Online {
     balances: Balances,
     stats: Stats,
     withdrawals: Withdrawals,
-    /// Key digest → the first seq with that key. A digest seen twice is checked exactly.
-    first: HashMap<u64, u64>,
+    /// Facts up to `upto` that no key record points at. A key with two facts leaves one
+    /// of them here, so only then are the facts searched for a key seen twice.
+    orphans: usize,
     /// Index seq - 1, for the facts up to `upto`.
     sigs: Vec<Sig>,
     /// The facts past `upto`, folded after the scan: seq → (client, key).
@@ -288,8 +312,8 @@ pub(crate) fn verify_online(
         tree: tree.clone(),
         balances: Balances::default(),
         stats: Stats::default(),
-        withdrawals: HashMap::new(),
-        first: HashMap::with_capacity(usize::try_from(upto).unwrap_or(0)),
+        withdrawals: Withdrawals::default(),
+        orphans: 0,
         sigs: Vec::with_capacity(usize::try_from(upto).unwrap_or(0)),
         tail: HashMap::new(),
         upto,
@@ -303,8 +327,20 @@ pub(crate) fn verify_online(
         Some(v) => decode::<Stats>("stats", &v).map_or(0, |s| s.keys_expired),
         None => 0,
     };
-    o.fold_log()?;
-    o.scan_keys()?;
+    // The key records are read on a second thread while this one folds the log: the two
+    // scans of sled are most of a verify's time and need nothing from each other until
+    // the records are matched with their facts.
+    let keys = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| read_keys(tree, upto));
+        let folded = o.fold_log();
+        let keys = reader.join().unwrap_or_else(|_| {
+            Err(LedgerError::Unavailable(
+                "verify's key reader stopped".into(),
+            ))
+        });
+        folded.and(keys)
+    })?;
+    o.match_keys(keys)?;
     o.scan_balances()?;
     o.scan_refunded()?;
     // Catch up with the facts committed during the scan, still with no lock, until few
@@ -320,6 +356,69 @@ pub(crate) fn verify_online(
     #[cfg(feature = "failpoints")]
     fail::fail_point!("verify.scanned");
     hold(Box::new(move || o.finish()))
+}
+
+/// A key record as the scan keeps it: 32 bytes of digests, so a million cost 32 MB.
+struct ScannedKey {
+    key: u64,
+    seq: u64,
+    command: u64,
+    expired: bool,
+}
+
+#[derive(Default)]
+struct KeyScan {
+    keys: Vec<ScannedKey>,
+    /// Records that point past `upto`: their facts came during the scan.
+    late: Vec<(ClientId, Key, KeyRecord)>,
+    problems: Vec<String>,
+}
+
+/// The (client, key) name bytes of a key record's sled key, as stored.
+fn name_parts(k: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = k.get(1..)?;
+    let (client, key) = rest.split_at(rest.iter().position(|b| *b == 0)?);
+    Some((client, &key[1..]))
+}
+
+/// Reads every key record, keeping digests; names are parsed only to be reported.
+fn read_keys(tree: &sled::Tree, upto: u64) -> Result<KeyScan, LedgerError> {
+    // One record per fact, nearly: sized once rather than doubled into twice the memory.
+    let mut scan = KeyScan {
+        keys: Vec::with_capacity(usize::try_from(upto).unwrap_or(0)),
+        ..KeyScan::default()
+    };
+    for item in tree.scan_prefix([P_KEY]) {
+        let (k, v) = item.map_err(io)?;
+        let Some((client, key)) = name_parts(&k) else {
+            scan.problems
+                .push("a key record with an unreadable name".into());
+            continue;
+        };
+        let rec = match KeyRecord::decode(&v) {
+            Ok(rec) => rec,
+            Err(e) => {
+                scan.problems.push(e.to_string());
+                continue;
+            }
+        };
+        if rec.seq > upto {
+            match split_scoped(&k) {
+                Some((c, key)) => scan.late.push((c, key, rec)),
+                None => scan
+                    .problems
+                    .push("a key record with an unreadable name".into()),
+            }
+            continue;
+        }
+        scan.keys.push(ScannedKey {
+            key: digest(&[client, key]),
+            seq: rec.seq,
+            command: digest(&[&rec.fingerprint.0]),
+            expired: rec.expired,
+        });
+    }
+    Ok(scan)
 }
 
 fn io(e: sled::Error) -> LedgerError {
@@ -343,22 +442,6 @@ impl Online {
             }
         };
         let kd = key_digest(&fact.client, &fact.key);
-        if let Some(first) = self.first.insert(kd, seq) {
-            self.first.insert(kd, first);
-            // Same digest: the same key, unless two keys collide in 64 bits.
-            let same = self
-                .fact_at(first)
-                .is_some_and(|f| f.client == fact.client && f.key == fact.key);
-            if same {
-                self.r.add(
-                    ONE_EFFECT,
-                    format!(
-                        "key {:?} of client {:?} has facts {first} and {seq}",
-                        fact.key, fact.client
-                    ),
-                );
-            }
-        }
         if seq <= self.upto {
             let idx = usize::try_from(seq - 1).unwrap_or(usize::MAX);
             if self.sigs.len() <= idx {
@@ -366,7 +449,7 @@ impl Online {
             }
             self.sigs[idx] = Sig {
                 key: kd,
-                command: digest(&[&fact.body.command().fingerprint().0]),
+                command: digest(&[&fact.body.command_fingerprint().0]),
                 referenced: false,
             };
         }
@@ -403,67 +486,109 @@ impl Online {
         Ok(())
     }
 
-    fn scan_keys(&mut self) -> Result<(), LedgerError> {
-        for item in self.tree.scan_prefix([P_KEY]) {
-            let (k, v) = item.map_err(io)?;
-            // The digest comes from the record's name as stored; names are parsed only
-            // to be reported.
-            let Some((client, key)) = k
-                .get(1..)
-                .and_then(|rest| Some(rest.split_at(rest.iter().position(|b| *b == 0)?)))
-                .map(|(c, k)| (c, &k[1..]))
-            else {
-                self.r
-                    .add(KEY_FACT, "a key record with an unreadable name".into());
-                continue;
-            };
-            let rec = match KeyRecord::decode(&v) {
-                Ok(rec) => rec,
-                Err(e) => {
-                    self.r.add(KEY_FACT, e.to_string());
-                    continue;
-                }
-            };
-            if rec.seq > self.upto {
-                match split_scoped(&k) {
-                    Some((c, key)) => self.late_keys.push((c, key, rec)),
-                    None => self
-                        .r
-                        .add(KEY_FACT, "a key record with an unreadable name".into()),
-                }
-                continue;
-            }
-            if rec.expired {
+    /// Matches the key records read by [`read_keys`] with the facts they point at; the
+    /// names of the few that do not match are read again to be reported.
+    fn match_keys(&mut self, scan: KeyScan) -> Result<(), LedgerError> {
+        for problem in scan.problems {
+            self.r.add(KEY_FACT, problem);
+        }
+        self.late_keys = scan.late;
+        let mut failed = HashSet::new();
+        for k in &scan.keys {
+            if k.expired {
                 self.expired += 1;
             }
-            if !self.check_key(digest(&[client, key]), &rec)
-                && let Some((c, key)) = split_scoped(&k)
-            {
-                self.report_key(&c, &key, &rec);
+            if !self.check_key(k) {
+                failed.insert((k.key, k.seq));
             }
         }
-        let orphans = self.sigs.iter().filter(|s| !s.referenced).count();
-        if orphans > 0 {
+        drop(scan.keys);
+        if !failed.is_empty() {
+            let first = self.first_seqs();
+            for item in self.tree.scan_prefix([P_KEY]) {
+                let (k, v) = item.map_err(io)?;
+                let (Some((client, key)), Ok(rec)) = (name_parts(&k), KeyRecord::decode(&v)) else {
+                    continue;
+                };
+                if failed.contains(&(digest(&[client, key]), rec.seq))
+                    && let Some((c, key)) = split_scoped(&k)
+                {
+                    self.report_key(&first, &c, &key, &rec);
+                }
+            }
+        }
+        self.orphans = self.sigs.iter().filter(|s| !s.referenced).count();
+        if self.orphans > 0 {
             self.r.add(
                 KEY_FACT,
-                format!("{orphans} facts up to seq {} have no key record", self.upto),
+                format!(
+                    "{} facts up to seq {} have no key record",
+                    self.orphans, self.upto
+                ),
             );
         }
         Ok(())
     }
 
+    /// Key digest → the first seq with that key, for the facts up to `upto` and those
+    /// folded after it. Built only when something is to be reported.
+    fn first_seqs(&self) -> DigestMap<u64> {
+        let mut first = DigestMap::default();
+        let below = (1u64..).zip(self.sigs.iter().map(|s| s.key));
+        let mut tail: Vec<_> = self.tail.iter().collect();
+        tail.sort_by_key(|(seq, _)| **seq);
+        let above = tail
+            .into_iter()
+            .map(|(seq, (c, k))| (*seq, key_digest(c, k)));
+        for (seq, kd) in below.chain(above) {
+            first.entry(kd).or_insert(seq);
+        }
+        first
+    }
+
+    /// Reports every key that has more than one fact. Two keys whose digests meet are
+    /// told apart by reading their facts.
+    fn report_duplicates(&mut self) {
+        let mut first = DigestMap::<u64>::default();
+        let below = (1u64..).zip(self.sigs.iter().map(|s| s.key));
+        let mut tail: Vec<_> = self
+            .tail
+            .iter()
+            .map(|(s, (c, k))| (*s, key_digest(c, k)))
+            .collect();
+        tail.sort_unstable();
+        for (seq, kd) in below.chain(tail) {
+            let Some(&earlier) = first.get(&kd) else {
+                first.insert(kd, seq);
+                continue;
+            };
+            if let (Some(a), Some(b)) = (self.fact_at(earlier), self.fact_at(seq))
+                && a.client == b.client
+                && a.key == b.key
+            {
+                self.r.add(
+                    ONE_EFFECT,
+                    format!(
+                        "key {:?} of client {:?} has facts {earlier} and {seq}",
+                        b.key, b.client
+                    ),
+                );
+            }
+        }
+    }
+
     /// A key record against the fact it points at; false if that is not its fact.
-    fn check_key(&mut self, kd: u64, rec: &KeyRecord) -> bool {
-        let idx = usize::try_from(rec.seq.wrapping_sub(1)).unwrap_or(usize::MAX);
+    fn check_key(&mut self, k: &ScannedKey) -> bool {
+        let idx = usize::try_from(k.seq.wrapping_sub(1)).unwrap_or(usize::MAX);
         match self.sigs.get_mut(idx) {
-            Some(sig) if sig.key == kd && !sig.referenced => {
+            Some(sig) if sig.key == k.key && !sig.referenced => {
                 sig.referenced = true;
-                if sig.command != digest(&[&rec.fingerprint.0]) {
+                if sig.command != k.command {
                     self.r.add(
                         SAME_ANSWER,
                         format!(
                             "seq {}: the key's fingerprint is not its fact's command",
-                            rec.seq
+                            k.seq
                         ),
                     );
                 }
@@ -473,8 +598,14 @@ impl Online {
         }
     }
 
-    fn report_key(&mut self, client: &ClientId, key: &Key, rec: &KeyRecord) {
-        match self.first.get(&key_digest(client, key)) {
+    fn report_key(
+        &mut self,
+        first: &DigestMap<u64>,
+        client: &ClientId,
+        key: &Key,
+        rec: &KeyRecord,
+    ) {
+        match first.get(&key_digest(client, key)) {
             Some(seq) => self.r.add(
                 KEY_FACT,
                 format!(
@@ -561,7 +692,7 @@ impl Online {
             };
             self.check_tail_fact(&fact)?;
             for (account, currency, _) in crate::projection::legs(&fact) {
-                self.suspect_accounts.push((account, currency));
+                self.suspect_accounts.push((account.clone(), currency));
             }
             if let FactBody::RefundRecorded { withdrawal, .. } = &fact.body {
                 self.suspect_refunds
@@ -576,6 +707,11 @@ impl Online {
     /// was set aside is read again.
     fn finish(mut self) -> Result<VerifyReport, LedgerError> {
         self.catch_up(None)?;
+        // A key with two facts leaves one without its record, up to `upto` or after it
+        // (where the tail's own checks name it).
+        if self.orphans > 0 || self.r.counts.contains_key(KEY_FACT) {
+            self.report_duplicates();
+        }
         for (client, key, rec) in std::mem::take(&mut self.late_keys) {
             if self.tail.get(&rec.seq) != Some(&(client.clone(), key.clone())) {
                 self.r.add(
@@ -630,7 +766,7 @@ impl Online {
                         ),
                     );
                 }
-                if rec.fingerprint != fact.body.command().fingerprint() {
+                if rec.fingerprint != fact.body.command_fingerprint() {
                     self.r.add(
                         SAME_ANSWER,
                         format!(

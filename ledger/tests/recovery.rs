@@ -117,6 +117,69 @@ fn an_undecodable_fact_is_refused() {
     refuses(&path, "undecodable fact");
 }
 
+/// Key records in the middle that point at another key's fact, or remember another
+/// command: verify names each key (its records are read again by name only for the few
+/// that do not match their facts) and counts the fact left without a record.
+#[test]
+fn verify_reports_tampered_key_records_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    fill(&path, 6);
+    // Facts: 1 is "d", 2.. are "w0".. in order. A record is [version, seq varint, at
+    // varint, 16-byte fingerprint, expired]; these seqs fit one byte.
+    tamper(&path, |t| {
+        let k = b"kdefault\0w1".to_vec();
+        let mut v = t.get(&k).unwrap().unwrap().to_vec();
+        assert_eq!(v[1], 3);
+        v[1] = 4; // w1 now claims w2's fact
+        t.insert(k, v).unwrap();
+        let k = b"kdefault\0w4".to_vec();
+        let mut v = t.get(&k).unwrap().unwrap().to_vec();
+        let at = v.len() - 2;
+        v[at] ^= 0xff; // w4 now remembers another command
+        t.insert(k, v).unwrap();
+    });
+    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let report = l.verify().unwrap();
+    let text = report.to_string();
+    assert_eq!(report.violations.len(), 3, "{text}");
+    for expect in [
+        "key \"w1\" of \"default\" points at seq 4 but its fact is 3",
+        "seq 6: the key's fingerprint is not its fact's command",
+        "1 facts up to seq 7 have no key record",
+    ] {
+        assert!(text.contains(expect), "missing {expect:?} in {text}");
+    }
+}
+
+/// A key with two facts: the fact of w3 overwritten with a copy of w1's. Verify names the
+/// key and both facts, besides the record left pointing at a fact of another key.
+#[test]
+fn verify_reports_a_key_with_two_facts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    fill(&path, 6);
+    let fact_key = |seq: u64| {
+        let mut k = vec![b'f'];
+        k.extend_from_slice(&seq.to_be_bytes());
+        k
+    };
+    tamper(&path, |t| {
+        let w1 = t.get(fact_key(3)).unwrap().unwrap();
+        t.insert(fact_key(5), w1).unwrap();
+    });
+    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let report = l.verify().unwrap();
+    let text = report.to_string();
+    for expect in [
+        "[one effect per key] key \"w1\" of client \"default\" has facts 3 and 5",
+        "key \"w3\" of \"default\" is done but has no fact",
+        "1 facts up to seq 7 have no key record",
+    ] {
+        assert!(text.contains(expect), "missing {expect:?} in {text}");
+    }
+}
+
 #[test]
 fn verify_reports_a_tampered_middle_precisely() {
     let dir = tempfile::tempdir().unwrap();

@@ -1653,7 +1653,7 @@ impl PgStore {
         let mut balances = Balances::default();
         let mut stats = Stats::default();
         let mut seen: HashMap<(ClientId, Key), u64> = HashMap::new();
-        let mut withdrawals = verify::Withdrawals::new();
+        let mut withdrawals = verify::Withdrawals::default();
         let mut facts = 0u64;
 
         // The log, in seq order, a chunk per round trip.
@@ -1759,7 +1759,7 @@ impl PgStore {
                     continue;
                 };
                 let hash: &[u8] = get(row, 2)?;
-                if hash != fact.body.command().fingerprint().0 {
+                if hash != fact.body.command_fingerprint().0 {
                     r.add(
                         verify::SAME_ANSWER,
                         format!("seq {seq}: the key's fingerprint is not its fact's command"),

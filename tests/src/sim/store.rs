@@ -528,13 +528,15 @@ impl SimStore {
                 self.tree
                     .balances
                     .accounts
-                    .get(&account)
+                    .get(account)
                     .cloned()
                     .unwrap_or_default()
             });
             let b = entry.entry(currency).or_insert(0);
             *b = b.saturating_add(delta);
-            staged.writes.push(Write::Balance(account, currency, *b));
+            staged
+                .writes
+                .push(Write::Balance(account.clone(), currency, *b));
         }
         if let FactBody::RefundRecorded {
             withdrawal,
