@@ -659,7 +659,11 @@ fn verify(db: &Path) -> anyhow::Result<u8> {
     if !db.exists() {
         anyhow::bail!("there is no ledger at {}", db.display());
     }
-    let ledger = open(db, |c| c)?;
+    // Nothing else runs on the ledger here: both cores may read it.
+    let ledger = open(db, |c| ledger::Config {
+        verify_in_parallel: true,
+        ..c
+    })?;
     let report = ledger.verify();
     ledger.shutdown();
     let report = report?;

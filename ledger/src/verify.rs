@@ -303,6 +303,7 @@ struct Online {
 /// changed during the scan, so commits wait for milliseconds, not for the whole log.
 pub(crate) fn verify_online(
     tree: &sled::Tree,
+    parallel: bool,
     durable: &dyn Fn() -> u64,
     hold: Hold<'_>,
 ) -> Result<VerifyReport, LedgerError> {
@@ -327,19 +328,24 @@ pub(crate) fn verify_online(
         Some(v) => decode::<Stats>("stats", &v).map_or(0, |s| s.keys_expired),
         None => 0,
     };
-    // The key records are read on a second thread while this one folds the log: the two
-    // scans of sled are most of a verify's time and need nothing from each other until
-    // the records are matched with their facts.
-    let keys = std::thread::scope(|scope| {
-        let reader = scope.spawn(|| read_keys(tree, upto));
-        let folded = o.fold_log();
-        let keys = reader.join().unwrap_or_else(|_| {
-            Err(LedgerError::Unavailable(
-                "verify's key reader stopped".into(),
-            ))
-        });
-        folded.and(keys)
-    })?;
+    // In parallel, the key records are read on a second thread while this one folds the
+    // log (see `Config::verify_in_parallel`): the two scans of sled need nothing from each
+    // other until the records are matched with their facts.
+    let keys = if !parallel {
+        let keys = read_keys(tree, upto);
+        o.fold_log().and(keys)
+    } else {
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(|| read_keys(tree, upto));
+            let folded = o.fold_log();
+            let keys = reader.join().unwrap_or_else(|_| {
+                Err(LedgerError::Unavailable(
+                    "verify's key reader stopped".into(),
+                ))
+            });
+            folded.and(keys)
+        })
+    }?;
     o.match_keys(keys)?;
     o.scan_balances()?;
     o.scan_refunded()?;
