@@ -6,7 +6,6 @@
 mod amqp;
 mod api;
 mod bad_input;
-mod bench;
 mod cli;
 mod crash_loop;
 mod damaged;
