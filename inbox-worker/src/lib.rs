@@ -32,7 +32,6 @@ pub mod amqp;
 pub mod client;
 pub mod demo;
 pub mod feed;
-pub mod fuzzing;
 pub mod inbox;
 pub mod listener;
 pub mod metrics;
