@@ -291,6 +291,10 @@ struct ConsumeArgs {
 }
 
 fn main() -> ExitCode {
+    // A test build arms its crash points from FAILPOINTS (see the `failpoints` feature);
+    // the scenario lives as long as the process.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     let code = match cli.command {
         Cmd::Serve(args) => serve(args).map(|()| 0),
