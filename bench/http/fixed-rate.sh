@@ -4,7 +4,7 @@
 #
 #   bench/http/fixed-rate.sh [RATE] [DURATION]      # defaults: 10000 new keys/s, 8 s
 #
-# Builds inbox-worker and idem-load in release, starts `inbox-worker serve` on a fresh
+# Builds inbox-worker and idem-bench in release, starts `inbox-worker serve` on a fresh
 # ledger in a temporary folder, seeds it (100 accounts, 10,000 done keys), warms it for
 # 3 s at the rate, then measures RATE new-key withdrawals per second over 64 keep-alive
 # connections for DURATION seconds. Prints the generator's latency figures (from each
@@ -35,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 start_worker "$BIN" "$TMP"
 
-LOAD=("$BIN/idem-load" --addr "$ADDR")
+LOAD=("$BIN/idem-bench" load --addr "$ADDR")
 "${LOAD[@]}" seed >/dev/null
 "${LOAD[@]}" run --mode "$MODE" --duration 3 --rate "$RATE" --tag warm >/dev/null
 

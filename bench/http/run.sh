@@ -3,22 +3,23 @@
 #
 #   bench/http/run.sh
 #
-# Builds inbox-worker and idem-load in release, starts `inbox-worker serve` on a fresh
+# Builds inbox-worker and idem-bench in release, starts `inbox-worker serve` on a fresh
 # ledger in a temporary folder and a free loopback port, seeds 100 accounts and 10,000
 # done keys, then measures with 64 keep-alive connections:
 #
-#   wrk new-key / replay        max throughput, wrk (Debian package) + bench/http/*.lua
-#   idem-load new-key / replay  max throughput, the project's generator (bench/src)
-#   idem-load at a fixed rate   half the targets (10,000 and 25,000/s), and half of the
-#                               idem-load max measured just before if that is lower;
-#                               latency from each request's scheduled send time
+#   wrk new-key / replay              max throughput, wrk (Debian package) + bench/http/*.lua
+#   idem-bench load new-key / replay  max throughput, the project's generator (bench/src)
+#   idem-bench load at a fixed rate   half the targets (10,000 and 25,000/s), and half of
+#                                     the idem-bench load max measured just before if that
+#                                     is lower; latency from each request's scheduled send
+#                                     time
 #
 # and prints a markdown table. Then SIGTERM, `inbox-worker verify`, and a check that
 # the facts in the log are the seeded ones plus the first executions the generators saw.
 #
 # Environment: DURATION (s, 10), CONNECTIONS (64), THREADS (2, of the generator),
 # NEW_RATE (10000), REPLAY_RATE (25000), WRK (1: also run wrk if installed),
-# PERF (0; 1: perf record the worker during the idem-load new-key run),
+# PERF (0; 1: perf record the worker during the idem-bench load new-key run),
 # KEEP (0; 1: keep the temporary folder), CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -51,7 +52,7 @@ cleanup() {
 trap cleanup EXIT
 start_worker "$BIN" "$TMP"
 
-LOAD=("$BIN/idem-load" --addr "$ADDR" --connections "$CONNECTIONS" --threads "$THREADS"
+LOAD=("$BIN/idem-bench" load --addr "$ADDR" --connections "$CONNECTIONS" --threads "$THREADS"
     --accounts "$ACCOUNTS" --replay-keys "$REPLAY_KEYS")
 seed_start=$(date +%s.%N)
 "${LOAD[@]}" seed >/dev/null
@@ -89,7 +90,7 @@ measure() {
     ocpu=$(awk -v t=$((busy_after - busy_before)) -v hz="$ticks" -v w="$wall" -v a="$wcpu" -v b="$gcpu" \
         'BEGIN { o = t / hz / w - a - b; if (o < 0) o = 0; printf "%.2f", o }')
     ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
-    # wrk reports neither; idem-load at a fixed rate: p99 from each request's actual send,
+    # wrk reports neither; idem-bench load at a fixed rate: p99 from each request's actual send,
     # and the p99 of the send's lag behind its schedule (a late generator, not the server)
     local p99_sent="–" lag99="–"
     if [[ -n "${v[rate]:-}" && "${v[rate]}" != max ]]; then
@@ -113,13 +114,13 @@ if [[ "$PERF" == 1 ]]; then
         >/dev/null 2>"$TMP/perf.err" &
     PERF_PID=$!
 fi
-measure "idem-load, new key, max" "${LOAD[@]}" run --mode new-key --duration "$DURATION" --tag il-nk
+measure "idem-bench load, new key, max" "${LOAD[@]}" run --mode new-key --duration "$DURATION" --tag il-nk
 FIRST_TOTAL=$((FIRST_TOTAL + LAST_FIRST))
 NEW_MAX=$LAST_RPS
 if [[ "$PERF" == 1 ]]; then
     wait "$PERF_PID" || true
     {
-        echo "perf, worker during 'idem-load, new key, max', by thread:"
+        echo "perf, worker during 'idem-bench load, new key, max', by thread:"
         perf report -i "$TMP/perf.data" --no-children --percent-limit 1 --stdio \
             --sort comm -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 15
         echo "by function:"
@@ -127,23 +128,23 @@ if [[ "$PERF" == 1 ]]; then
             --sort comm,dso,sym -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -n 40
     } >"$TMP/perf.txt" || true
 fi
-measure "idem-load, replay, max" "${LOAD[@]}" run --mode replay --duration "$DURATION"
+measure "idem-bench load, replay, max" "${LOAD[@]}" run --mode replay --duration "$DURATION"
 REPLAY_MAX=$LAST_RPS
-measure "idem-load, new key, ${NEW_RATE}/s" "${LOAD[@]}" run --mode new-key \
+measure "idem-bench load, new key, ${NEW_RATE}/s" "${LOAD[@]}" run --mode new-key \
     --duration "$DURATION" --rate "$NEW_RATE" --tag il-nk-rate
 FIRST_TOTAL=$((FIRST_TOTAL + LAST_FIRST))
-measure "idem-load, replay, ${REPLAY_RATE}/s" "${LOAD[@]}" run --mode replay \
+measure "idem-bench load, replay, ${REPLAY_RATE}/s" "${LOAD[@]}" run --mode replay \
     --duration "$DURATION" --rate "$REPLAY_RATE"
 
 # The same at half of what this machine measured above, when that is below the target.
 NEW_HALF=$((NEW_MAX / 2)); REPLAY_HALF=$((REPLAY_MAX / 2))
 if (( NEW_HALF < NEW_RATE )); then
-    measure "idem-load, new key, ${NEW_HALF}/s (half of max)" "${LOAD[@]}" run --mode new-key \
+    measure "idem-bench load, new key, ${NEW_HALF}/s (half of max)" "${LOAD[@]}" run --mode new-key \
         --duration "$DURATION" --rate "$NEW_HALF" --tag il-nk-half
     FIRST_TOTAL=$((FIRST_TOTAL + LAST_FIRST))
 fi
 if (( REPLAY_HALF < REPLAY_RATE )); then
-    measure "idem-load, replay, ${REPLAY_HALF}/s (half of max)" "${LOAD[@]}" run --mode replay \
+    measure "idem-bench load, replay, ${REPLAY_HALF}/s (half of max)" "${LOAD[@]}" run --mode replay \
         --duration "$DURATION" --rate "$REPLAY_HALF"
 fi
 

@@ -1,24 +1,58 @@
-//! `idem-load`: the HTTP load generator for the Idem worker, a command line over
-//! `inbox_worker::load` (the engine `inbox-worker bench` uses too).
+//! `idem-bench`: the benchmark tools of the Idem worker, one binary.
 //!
-//! - `seed`: deposits into the accounts and executes the replay keys once.
-//! - `run --mode new-key|replay`: keep-alive connections, each with one request in
+//! - `load seed`: deposits into the accounts and executes the replay keys once.
+//! - `load run --mode new-key|replay`: keep-alive connections, each with one request in
 //!   flight; as fast as possible, or at a fixed total `--rate` (latency from each
-//!   request's scheduled send time: no coordinated omission).
-//!
-//! The run prints `key=value` lines on stdout (bench/http/run.sh turns them into a
-//! table). A run waits for the requests in flight at its deadline, so `first` (201
-//! answers without `Idempotent-Replayed`) counts every effect this run caused.
+//!   request's scheduled send time: no coordinated omission). Prints `key=value` lines on
+//!   stdout (bench/http/run.sh turns them into a table). A run waits for the requests in
+//!   flight at its deadline, so `first` (201 answers without `Idempotent-Replayed`) counts
+//!   every effect this run caused.
+//! - `stores`: the worker on sled, the worker on PostgreSQL and pgbench running the bare
+//!   transaction, measured with one workload at several concurrencies.
 
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
-use inbox_worker::load::{self, Mode, RunConfig, Shape};
+use clap::{Args, Parser, Subcommand};
+use idem_bench::load::{self, Mode, RunConfig, Shape};
+use idem_bench::stores::{self, StoresArgs};
 
 #[derive(Parser)]
-#[command(name = "idem-load", about = "HTTP load generator for the Idem worker")]
+#[command(
+    name = "idem-bench",
+    version,
+    about = "Benchmarks of the Idem worker: an HTTP load generator, and the stores compared"
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The HTTP load generator: seed a running worker, then measure it at its maximum
+    /// throughput or at a fixed rate.
+    Load(LoadArgs),
+    /// Measure the worker on sled, the worker on PostgreSQL, and pgbench running the bare
+    /// idempotent transaction, at several concurrencies; print a table, write a plot.
+    #[command(long_about = STORES_HELP)]
+    Stores(StoresArgs),
+}
+
+const STORES_HELP: &str = "One workload (withdrawals of 1 over many accounts or one hot \
+    account, new keys, an optional ratio of duplicates) measured for --duration at each \
+    --concurrency against: a fresh `inbox-worker serve --db` worker (sled), a fresh \
+    `inbox-worker serve --store` worker on a new PostgreSQL database, and pgbench running \
+    the bare transaction (claim the key, withdraw, write the ledger row, mark the key done) \
+    on a new database. Prints throughput, p50/p99 and effects (checked against the store's \
+    own count) with the ratios, and writes results.json, table.md and throughput.svg to \
+    --out. Exit 1 if a point's effects disagree with its store.\n\nThe worker is the \
+    `inbox-worker` binary next to this one (else the one on the PATH, or --worker).\n\n\
+    Example:\n  idem-bench stores --concurrency 1,4,16,64 --duration 10s --hot";
+
+#[derive(Args)]
+struct LoadArgs {
     /// The worker's address, host:port.
     #[arg(long, global = true, default_value = "127.0.0.1:7420")]
     addr: String,
@@ -38,11 +72,11 @@ struct Cli {
     #[arg(long, global = true)]
     hot: bool,
     #[command(subcommand)]
-    cmd: Cmd,
+    cmd: LoadCmd,
 }
 
 #[derive(Subcommand)]
-enum Cmd {
+enum LoadCmd {
     /// Deposit into every account and execute every replay key once.
     Seed {
         /// Deposit per account, in minor units.
@@ -68,21 +102,34 @@ enum Cmd {
     },
 }
 
-fn main() -> Result<()> {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    let code = match Cli::parse().command {
+        Cmd::Load(args) => load_main(args).map(|()| 0),
+        Cmd::Stores(args) => stores::main(args),
+    };
+    match code {
+        Ok(c) => ExitCode::from(c),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_main(args: LoadArgs) -> Result<()> {
     let shape = Shape {
-        accounts: cli.accounts.max(1),
-        replay_keys: cli.replay_keys,
-        hot: cli.hot,
+        accounts: args.accounts.max(1),
+        replay_keys: args.replay_keys,
+        hot: args.hot,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cli.threads.max(1))
+        .worker_threads(args.threads.max(1))
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        match cli.cmd {
-            Cmd::Seed { deposit } => {
-                load::seed(&cli.addr, cli.connections, shape, deposit).await?;
+        match args.cmd {
+            LoadCmd::Seed { deposit } => {
+                load::seed(&args.addr, args.connections, shape, deposit).await?;
                 println!(
                     "seeded accounts={} replay_keys={}",
                     shape.used_accounts(),
@@ -90,7 +137,7 @@ fn main() -> Result<()> {
                 );
                 Ok(())
             }
-            Cmd::Run {
+            LoadCmd::Run {
                 mode,
                 duration,
                 rate,
@@ -100,8 +147,8 @@ fn main() -> Result<()> {
                 let duration = Duration::try_from_secs_f64(duration)
                     .map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
                 let mut report = load::run(&RunConfig {
-                    addr: cli.addr.clone(),
-                    connections: cli.connections,
+                    addr: args.addr.clone(),
+                    connections: args.connections,
                     duration,
                     rate,
                     mode,

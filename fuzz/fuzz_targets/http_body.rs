@@ -1,5 +1,5 @@
 #![no_main]
 
-// The property checks live in inbox_worker::fuzzing, shared with the corpus test
-// (inbox-worker/tests/worker/fuzz_corpus.rs).
-libfuzzer_sys::fuzz_target!(|data: &[u8]| inbox_worker::fuzzing::http_body(data));
+// The property checks live in the idem-fuzz-checks crate (checks/), shared with the test
+// that runs the committed corpora (checks/tests/corpus.rs).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| idem_fuzz_checks::http_body(data));

@@ -883,7 +883,17 @@ async fn handle(ctx: &Ctx, delivery: Delivery) {
                 } else {
                     AmqpStats::inc(&stats.replayed);
                 }
-                crash_before_ack();
+                // The crash window the broker crash test aims at: durable here, not yet
+                // acked, so the broker must redeliver and the store must answer a replay.
+                // With the `failpoints` feature, `FAILPOINTS=amqp.before_ack=6*off->return`
+                // aborts the process, as `kill -9` would, at the point's seventh pass. Only
+                // the `return` action aborts: `panic` would end this task alone, with the
+                // process and its connection to the broker still up.
+                #[cfg(feature = "failpoints")]
+                if fail::eval("amqp.before_ack", |_| ()).is_some() {
+                    eprintln!("amqp: failpoint amqp.before_ack: aborting before the ack");
+                    std::process::abort();
+                }
                 return ack(ctx, &delivery).await;
             }
             Ok(Submission::Quarantined { reason }) => {
@@ -935,32 +945,6 @@ async fn handle(ctx: &Ctx, delivery: Delivery) {
         }
     }
 }
-
-/// The crash test's hook: with `IDEM_TEST_CRASH_BEFORE_ACK=N` the process aborts, like a
-/// `kill -9`, when its Nth outcome is durable and not yet acked, the window in which the
-/// broker must redeliver and the ledger must answer a replay. Debug builds only (the
-/// tests'); release builds have no such variable.
-#[cfg(debug_assertions)]
-fn crash_before_ack() {
-    use std::sync::OnceLock;
-    use std::sync::atomic::AtomicU64;
-    static LEFT: OnceLock<Option<AtomicU64>> = OnceLock::new();
-    let left = LEFT.get_or_init(|| {
-        std::env::var("IDEM_TEST_CRASH_BEFORE_ACK")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(AtomicU64::new)
-    });
-    if let Some(left) = left
-        && left.fetch_sub(1, Ordering::SeqCst) == 1
-    {
-        eprintln!("amqp: IDEM_TEST_CRASH_BEFORE_ACK: aborting before the ack");
-        std::process::abort();
-    }
-}
-
-#[cfg(not(debug_assertions))]
-fn crash_before_ack() {}
 
 async fn ack(ctx: &Ctx, delivery: &Delivery) {
     match delivery.acker.ack(BasicAckOptions::default()).await {

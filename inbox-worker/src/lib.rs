@@ -29,14 +29,11 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod amqp;
-pub mod bench;
 pub mod client;
 pub mod demo;
 pub mod feed;
-pub mod fuzzing;
 pub mod inbox;
 pub mod listener;
-pub mod load;
 pub mod metrics;
 pub mod server;
 pub mod wire;

@@ -85,21 +85,7 @@ enum Cmd {
         #[arg(long)]
         db: Option<PathBuf>,
     },
-    /// Measure the worker on sled, the worker on PostgreSQL, and pgbench running the bare
-    /// idempotent transaction, at several concurrencies; print a table, write a plot.
-    #[command(long_about = BENCH_HELP)]
-    Bench(inbox_worker::bench::BenchArgs),
 }
-
-const BENCH_HELP: &str = "One workload (withdrawals of 1 over many accounts or one hot \
-    account, new keys, an optional ratio of duplicates) measured for --duration at each \
-    --concurrency against: a fresh `serve --db` worker (sled), a fresh `serve --store` \
-    worker on a new PostgreSQL database, and pgbench running the bare transaction (claim \
-    the key, withdraw, write the ledger row, mark the key done) on a new database. Prints \
-    throughput, p50/p99 and effects (checked against the store's own count) with the \
-    ratios, and writes results.json, table.md and throughput.svg to --out. Exit 1 if a \
-    point's effects disagree with its store.\n\nExample:\n  inbox-worker bench \
-    --concurrency 1,4,16,64 --duration 10s --hot";
 
 const CONSUME_HELP: &str = "Feed JSON-lines messages through the inbox, as a broker \
     consumer would. One message per line:\n\n  \
@@ -305,6 +291,10 @@ struct ConsumeArgs {
 }
 
 fn main() -> ExitCode {
+    // A test build arms its crash points from FAILPOINTS (see the `failpoints` feature);
+    // the scenario lives as long as the process.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     let code = match cli.command {
         Cmd::Serve(args) => serve(args).map(|()| 0),
@@ -318,7 +308,6 @@ fn main() -> ExitCode {
         Cmd::Demo { db } => {
             demo::run(db.as_deref(), &mut std::io::stdout()).map(|ok| u8::from(!ok))
         }
-        Cmd::Bench(args) => inbox_worker::bench::main(args),
     };
     match code {
         Ok(c) => ExitCode::from(c),

@@ -189,18 +189,25 @@ fn a_worker_killed_between_commit_and_ack_causes_no_second_effect() {
     let dir = tempfile::tempdir().unwrap();
     let queue = unique("idem.test.kill");
     // A dies (abort, as with kill -9) right after its 7th outcome is durable, before the
-    // ack; B, on the same database and queue, gets what A held.
+    // ack: its crash point passes six times, then aborts (the test binary is built with
+    // the worker's `failpoints` feature). B, on the same database and queue, gets what A
+    // held.
     let a = worker(
         &db.url,
         &queue,
         &dir.path().join("a.log"),
-        &[("IDEM_TEST_CRASH_BEFORE_ACK", "7")],
+        &[("FAILPOINTS", "amqp.before_ack=6*off->return")],
     );
     let b = worker(&db.url, &queue, &dir.path().join("b.log"), &[]);
     let bodies = messages(120);
     publish_all(&runtime, &queue, &bodies);
     let status = a.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "worker A was to abort before an ack");
+    let a_log = std::fs::read_to_string(dir.path().join("a.log")).unwrap_or_default();
+    assert!(
+        a_log.contains("failpoint amqp.before_ack"),
+        "worker A died, but not at its crash point:\n{a_log}"
+    );
     let http = b.http();
     wait_applied(&http, 120, Duration::from_secs(90));
     // Every message has its own key and id, so a replay can only be a redelivery of a

@@ -30,7 +30,8 @@ struct Args {
     /// No colours (as does a non-empty NO_COLOR).
     #[arg(long)]
     no_color: bool,
-    /// Start an embedded worker playing the demo storm and watch it.
+    /// Start a worker on a temporary ledger, play a storm of commands against it and
+    /// watch it. Runs the inbox-worker binary found next to this one, else on the PATH.
     #[arg(long)]
     demo: bool,
 }
@@ -38,7 +39,9 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let no_color = args.no_color || std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    // The demo worker lives until the end of main, after the terminal is restored.
+    let (events_sender, events) = mpsc::channel();
+    spawn_signals(events_sender.clone()).context("installing the signal handlers")?;
+    // The demo worker lives until the dashboard has stopped drawing.
     let demo = if args.demo {
         Some(demo::start().context("starting the demo worker")?)
     } else {
@@ -49,7 +52,6 @@ fn main() -> anyhow::Result<()> {
         .map_or_else(|| args.server.clone(), |demo| demo.server.clone());
 
     let mut app = App::new(&server, !no_color);
-    let (events_sender, events) = mpsc::channel();
     let (wants_sender, wants) = mpsc::channel();
     let config = FeedConfig {
         server,
@@ -64,8 +66,10 @@ fn main() -> anyhow::Result<()> {
     let mut terminal = ratatui::init();
     spawn_input(events_sender).context("starting the input thread")?;
     let result = run(&mut terminal, &mut app, &events, &wants_sender);
-    ratatui::restore();
+    // The demo worker first: after a hang-up the terminal is gone, and restoring it fails
+    // loudly enough (a panic while reporting the failure) to end the process on the spot.
     drop(demo);
+    ratatui::restore();
     result
 }
 
@@ -109,6 +113,36 @@ fn spawn_ticks(events: Sender<Event>) -> std::io::Result<()> {
             }
         })
         .map(drop)
+}
+
+/// SIGTERM, SIGHUP and SIGINT end the dashboard as `q` does: the terminal is restored and
+/// a `--demo` worker is stopped, not left running on its own. A second SIGTERM or SIGINT,
+/// should the first not be enough, ends the process as it would have without this
+/// handler. Hang-ups never do: a closing terminal sends several (the terminal's and the
+/// kernel's), and the first is already being handled.
+#[cfg(unix)]
+fn spawn_signals(events: Sender<Event>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut first = true;
+            for signal in signals.forever() {
+                if first {
+                    first = false;
+                    let _ = events.send(Event::Shutdown);
+                } else if signal != SIGHUP {
+                    let _ = signal_hook::low_level::emulate_default_handler(signal);
+                }
+            }
+        })
+        .map(drop)
+}
+
+#[cfg(not(unix))]
+fn spawn_signals(_events: Sender<Event>) -> std::io::Result<()> {
+    Ok(())
 }
 
 fn spawn_input(events: Sender<Event>) -> std::io::Result<()> {

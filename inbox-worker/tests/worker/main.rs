@@ -6,12 +6,10 @@
 mod amqp;
 mod api;
 mod bad_input;
-mod bench;
 mod cli;
 mod crash_loop;
 mod damaged;
 mod durability;
-mod fuzz_corpus;
 mod hostile;
 mod inbox;
 mod no_5xx;

@@ -20,7 +20,7 @@ const HEIGHT: u16 = 40;
 /// printed only once the dashboard is gone, since the shell waits for it. The shell then
 /// stays (until the tmux server is killed) so the pane and its last screen remain:
 /// tmux 3.3's `remain-on-exit` loses lines printed just before the command exits.
-const AFTER_EXIT: &str = r#""$0" --server "$1"; status=$?
+const AFTER_EXIT: &str = r#""$0" "$@"; status=$?
 if stty -a | grep -q -- '-icanon'; then mode=raw; else mode=cooked; fi
 echo "ledger-tui exited: status $status, terminal $mode"
 exec sleep 3600"#;
@@ -37,6 +37,7 @@ fn dashboard_follows_a_real_worker_in_tmux() {
             "-c",
             AFTER_EXIT,
             env!("CARGO_BIN_EXE_ledger-tui"),
+            "--server",
             &worker.base,
         ],
     );
@@ -147,6 +148,203 @@ fn dashboard_follows_a_real_worker_in_tmux() {
         "0",
         "still on the alternate screen"
     );
+}
+
+/// `--demo` runs the worker next to the dashboard's binary as a child process: the
+/// screens show its storm live (commands applied, retries absorbed, conflicts), and `q`
+/// ends the worker with the dashboard and deletes its folder.
+#[test]
+fn demo_runs_a_worker_beside_the_dashboard_and_stops_it_on_quit() {
+    require_tmux();
+    worker_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = demo_in_tmux(&dir.path().join("tmux.sock"));
+
+    let overview = tmux.wait_for("the demo's storm on the overview", |s| {
+        let s = squeeze(s);
+        s.contains("● live · seq")
+            && !s.contains("● live · seq 0 ")
+            && count_after(&s, "duplicates absorbed ").is_some_and(|n| n > 0)
+            && count_after(&s, "applied ").is_some_and(|n| n > 0)
+    });
+    assert!(overview.contains("Throughput"), "{overview}");
+    tmux.press("4");
+    tmux.wait_for("the demo's accounts on the balances view", |s| {
+        has_row(s, &["alice", "RUB"]) && squeeze(s).contains("RUB = 0 ✓")
+    });
+
+    let worker = DemoWorker::find(&tmux);
+    tmux.press("q");
+    let after = tmux.wait_for("ledger-tui to exit after q", |s| {
+        s.contains("ledger-tui exited")
+    });
+    assert!(
+        after.contains("ledger-tui exited: status 0, terminal cooked"),
+        "the dashboard did not exit cleanly or left the terminal raw:\n{after}"
+    );
+    worker.assert_gone();
+}
+
+/// SIGTERM to the dashboard ends it as `q` does: terminal restored, demo worker stopped,
+/// its folder deleted.
+#[test]
+fn demo_worker_does_not_outlive_a_terminated_dashboard() {
+    require_tmux();
+    worker_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = demo_in_tmux(&dir.path().join("tmux.sock"));
+    tmux.wait_for("the demo to connect", |s| s.contains("● live · seq"));
+
+    let worker = DemoWorker::find(&tmux);
+    let status = Command::new("kill")
+        .args(["-TERM", &worker.dashboard.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -TERM {}", worker.dashboard);
+    let after = tmux.wait_for("ledger-tui to exit on SIGTERM", |s| {
+        s.contains("ledger-tui exited")
+    });
+    assert!(
+        after.contains("ledger-tui exited: status 0, terminal cooked"),
+        "the dashboard did not exit cleanly on SIGTERM or left the terminal raw:\n{after}"
+    );
+    worker.assert_gone();
+}
+
+/// The terminal closing under a running demo (the tmux server killed: a hang-up) takes the
+/// worker with it, and its folder.
+#[test]
+fn demo_worker_does_not_outlive_a_closed_terminal() {
+    require_tmux();
+    worker_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = demo_in_tmux(&dir.path().join("tmux.sock"));
+    tmux.wait_for("the demo to connect", |s| s.contains("● live · seq"));
+    let worker = DemoWorker::find(&tmux);
+    drop(tmux);
+    worker.assert_gone();
+}
+
+fn demo_in_tmux(socket: &Path) -> Tmux {
+    Tmux::start(
+        socket,
+        &[
+            "sh",
+            "-c",
+            AFTER_EXIT,
+            env!("CARGO_BIN_EXE_ledger-tui"),
+            "--demo",
+        ],
+    )
+}
+
+/// The number right after `label` on the (squeezed) screen.
+fn count_after(screen: &str, label: &str) -> Option<u64> {
+    let at = screen.find(label)? + label.len();
+    let digits: String = screen[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// The demo's worker process, found from the tmux pane: the pane's shell runs the
+/// dashboard, and the dashboard runs `inbox-worker serve --db <its folder>/ledger`.
+struct DemoWorker {
+    dashboard: u32,
+    pid: u32,
+    folder: PathBuf,
+}
+
+impl DemoWorker {
+    fn find(tmux: &Tmux) -> DemoWorker {
+        let shell: u32 = tmux.format("#{pane_pid}").parse().unwrap();
+        let dashboard = children(shell)
+            .into_iter()
+            .find(|&p| {
+                command_line(p)
+                    .first()
+                    .is_some_and(|a| a.ends_with("ledger-tui"))
+            })
+            .unwrap_or_else(|| panic!("no ledger-tui under the pane's shell {shell}"));
+        let pid = children(dashboard)
+            .into_iter()
+            .find(|&p| {
+                command_line(p)
+                    .first()
+                    .is_some_and(|a| a.ends_with("inbox-worker"))
+            })
+            .unwrap_or_else(|| panic!("no inbox-worker under ledger-tui {dashboard}"));
+        let args = command_line(pid);
+        assert_eq!(args.get(1).map(String::as_str), Some("serve"), "{args:?}");
+        let db = args
+            .iter()
+            .skip_while(|a| *a != "--db")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no --db in {args:?}"));
+        let folder = Path::new(db).parent().unwrap().to_owned();
+        assert!(folder.is_dir(), "{}", folder.display());
+        DemoWorker {
+            dashboard,
+            pid,
+            folder,
+        }
+    }
+
+    /// The dashboard has reaped it, so its process is gone, not a zombie, and has
+    /// deleted its folder.
+    fn assert_gone(&self) {
+        let proc = PathBuf::from(format!("/proc/{}", self.pid));
+        let deadline = Instant::now() + SCREEN_WAIT;
+        while (proc.exists() || self.folder.exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !proc.exists(),
+            "the demo worker {} is still there after the dashboard exited",
+            self.pid
+        );
+        assert!(
+            !self.folder.exists(),
+            "the demo's folder {} was not deleted",
+            self.folder.display()
+        );
+    }
+}
+
+/// The processes whose parent is `pid`, from /proc.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...: the command may hold spaces and parentheses.
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if parent == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+fn command_line(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
 }
 
 /// Fails, never skips: CI installs tmux (`.ci/run`), and a silently skipped end-to-end

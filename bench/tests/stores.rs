@@ -1,15 +1,18 @@
-//! `inbox-worker bench`: a short run against the sled worker only (no PostgreSQL needed),
+//! `idem-bench stores`: a short run against the sled worker only (no PostgreSQL needed),
 //! checking the table, the effects cross-check and the plot.
 
-use std::process::Command;
+#![allow(clippy::unwrap_used)]
 
-use crate::support;
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn bench_on_sled_writes_a_table_and_a_plot() {
+    // The bench starts the worker it finds next to itself, as an installed pair would.
+    worker_beside_the_bench();
     let out_dir = tempfile::tempdir().unwrap();
-    let out = Command::new(support::bin())
-        .args(["bench", "--targets", "sled", "--concurrency", "2"])
+    let out = Command::new(env!("CARGO_BIN_EXE_idem-bench"))
+        .args(["stores", "--targets", "sled", "--concurrency", "2"])
         .args(["--duration", "1s", "--accounts", "10", "--out"])
         .arg(out_dir.path())
         .output()
@@ -61,5 +64,38 @@ fn bench_on_sled_writes_a_table_and_a_plot() {
     assert!(
         svg.contains(">\nsled\n<") || svg.contains(">sled<"),
         "a legend entry for sled"
+    );
+}
+
+/// The worker binary sits next to idem-bench in the same target folder. `cargo test
+/// --workspace` builds it (the worker's own tests need it); when only this package was
+/// built it is built here.
+fn worker_beside_the_bench() {
+    let bench = Path::new(env!("CARGO_BIN_EXE_idem-bench"));
+    let dir = bench.parent().unwrap();
+    let bin = dir.join(format!("inbox-worker{}", std::env::consts::EXE_SUFFIX));
+    if bin.exists() {
+        return;
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "-p", "inbox-worker", "--bin", "inbox-worker"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            build.arg("--release");
+        }
+        Some(profile) => {
+            build.args(["--profile", profile]);
+        }
+    }
+    let status = build.status().unwrap();
+    assert!(status.success(), "building inbox-worker failed: {status}");
+    assert!(
+        bin.exists(),
+        "built inbox-worker, but it is not next to idem-bench at {}",
+        bin.display()
     );
 }

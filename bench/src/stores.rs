@@ -1,11 +1,11 @@
-//! `inbox-worker bench`: one workload, run in one go against the worker on sled, the
+//! `idem-bench stores`: one workload, run in one go against the worker on sled, the
 //! worker on PostgreSQL, and pgbench running the bare hand-written transaction (the floor: what
 //! PostgreSQL itself does for one idempotent withdrawal, with no worker around it).
 //!
 //! For every concurrency and every target the bench starts from nothing: a fresh worker
-//! process (this same binary, `serve` on a temporary folder or on a fresh database
+//! process (the `inbox-worker` binary, `serve` on a temporary folder or on a fresh database
 //! `idem_bench_<random>`, dropped after), seeded with deposits, then measured for the
-//! duration with [`crate::load`], the engine `idem-load` uses too. pgbench gets the classic
+//! duration with [`crate::load`], the engine `idem-bench load` uses too. pgbench gets the classic
 //! tables in a fresh database. Concurrency is the outer loop, so the targets compared at
 //! one concurrency are measured minutes apart, not a whole sweep apart, on a shared machine.
 //!
@@ -32,7 +32,7 @@ use rand::Rng as _;
 use serde::Serialize;
 
 use crate::load::{self, Mode, RunConfig, Shape};
-use crate::wire::parse_duration;
+use crate::parse_duration;
 
 /// What a bench point measures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -56,9 +56,9 @@ impl Target {
     }
 }
 
-/// `inbox-worker bench`'s flags.
+/// `idem-bench stores`' flags.
 #[derive(clap::Args, Clone, Debug)]
-pub struct BenchArgs {
+pub struct StoresArgs {
     /// What to measure, comma-separated: sled, postgres, pgbench.
     #[arg(
         long,
@@ -104,6 +104,10 @@ pub struct BenchArgs {
     /// side by side.
     #[arg(long, default_value_t = 1)]
     pub repeat: usize,
+    /// The `inbox-worker` binary to measure (default: the one next to this binary, else
+    /// `inbox-worker` on the PATH).
+    #[arg(long, value_name = "PATH")]
+    pub worker: Option<PathBuf>,
 }
 
 /// Deposit per account: far more than any run can withdraw at 1 per request, so no
@@ -196,8 +200,11 @@ pub struct Results {
 
 /// Runs the bench; answers the exit code: 0, or 1 when some point's effects disagree
 /// with its store's count (exactly once broken, or the bench's counting is).
-pub fn main(args: BenchArgs) -> Result<u8> {
-    let worker = std::env::current_exe().context("finding this binary to start workers")?;
+pub fn main(args: StoresArgs) -> Result<u8> {
+    let worker = match &args.worker {
+        Some(path) => path.clone(),
+        None => crate::worker_binary()?,
+    };
     let results = run(&args, &worker)?;
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating {}", args.out.display()))?;
@@ -225,7 +232,7 @@ pub fn main(args: BenchArgs) -> Result<u8> {
 }
 
 /// Measures every point.
-pub fn run(args: &BenchArgs, worker: &Path) -> Result<Results> {
+pub fn run(args: &StoresArgs, worker: &Path) -> Result<Results> {
     if args.targets.is_empty() || args.concurrency.is_empty() {
         bail!("say at least one --targets and one --concurrency");
     }
@@ -311,7 +318,7 @@ pub fn run(args: &BenchArgs, worker: &Path) -> Result<Results> {
 
 /// Measures one target at one concurrency once, and says so on stderr.
 fn measure_point(
-    args: &BenchArgs,
+    args: &StoresArgs,
     worker: &Path,
     runtime: &tokio::runtime::Runtime,
     target: Target,
@@ -403,7 +410,7 @@ fn throughput_of(p: &Point) -> f64 {
     p.measured.as_ref().map_or(0.0, |m| m.throughput)
 }
 
-fn workload(args: &BenchArgs) -> String {
+fn workload(args: &StoresArgs) -> String {
     let accounts = if args.hot {
         format!("one hot account (of {})", args.accounts)
     } else {
@@ -441,7 +448,7 @@ fn millis(micros: u32) -> f64 {
 
 /// Measures the worker on sled or PostgreSQL at one concurrency, from a fresh store.
 fn http_point(
-    args: &BenchArgs,
+    args: &StoresArgs,
     exe: &Path,
     runtime: &tokio::runtime::Runtime,
     target: Target,
@@ -551,7 +558,7 @@ fn last_seq(addr: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("no idem_last_seq in {url}"))
 }
 
-/// A worker process of this binary on a free loopback port, stopped with SIGTERM.
+/// A worker process on a free loopback port, stopped with SIGTERM.
 struct WorkerProcess {
     child: Option<Child>,
     addr: String,
@@ -824,7 +831,7 @@ COMMIT;
 }
 
 /// Runs pgbench with the classic transaction at one concurrency, on a fresh database.
-fn pgbench_point(args: &BenchArgs, concurrency: usize) -> Result<Measured> {
+fn pgbench_point(args: &StoresArgs, concurrency: usize) -> Result<Measured> {
     let dir = tempfile::Builder::new()
         .prefix("idem-pgbench-")
         .tempdir()
@@ -1043,7 +1050,7 @@ fn proc_ticks(pid: &str) -> Option<(String, u64)> {
 /// The table printed on stdout and written to table.md.
 pub fn render_table(r: &Results) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "## inbox-worker bench: {}\n", r.workload);
+    let _ = writeln!(s, "## idem-bench stores: {}\n", r.workload);
     let _ = writeln!(
         s,
         "{} CPUs, load average at start {}; load generator: {} threads on the same machine. \

@@ -1,15 +1,14 @@
-//! The property checks of the fuzz targets (`fuzz/fuzz_targets/*.rs`), kept here so the
-//! same bodies run under libFuzzer and, over the committed seed corpora, in the ordinary
-//! test suite on stable (`tests/worker/fuzz_corpus.rs`). Each check takes arbitrary bytes,
-//! must never panic on any of them, and panics (with the property's name) when a decoder
-//! breaks one of its promises. Nothing here is used by the worker itself.
+//! The property checks of the fuzz targets (`fuzz/fuzz_targets/*.rs`), kept in a crate of
+//! their own so the same bodies run under libFuzzer and, over the committed seed corpora,
+//! in the ordinary test suite on stable (`tests/corpus.rs`). Each check takes arbitrary
+//! bytes, must never panic on any of them, and panics (with the property's name) when a
+//! decoder breaks one of its promises. A test tool: nothing in the product depends on it.
 
-use axum::http::HeaderValue;
+use http::HeaderValue;
+use inbox_worker::wire::{CommandKind, Message, body_of, kind_of, parse_body, parse_message};
 use ledger::fact::json;
 use ledger::{Account, ClientId, Command, Currency, Fact, FactBody, Key, MessageId, Outcome};
 use serde_json::{Map, Value};
-
-use crate::wire::{CommandKind, Message, body_of, kind_of, parse_body, parse_message};
 
 /// A fuzz target's check: returns on any input its decoder handles correctly, panics
 /// otherwise.

@@ -1,21 +1,23 @@
 //! The fuzz targets' seed corpora (`fuzz/corpus/<target>/`), run on stable without
 //! libFuzzer: every file of every corpus goes through the same check as its fuzz target
-//! (`inbox_worker::fuzzing`). The seeds themselves are made here, by the real parsers'
-//! and encoder's inputs and outputs; the test fails when a committed seed differs from
-//! what this file makes. To (re)write them:
-//! `IDEM_WRITE_FUZZ_SEEDS=1 cargo test -p inbox-worker --test worker fuzz_corpus`.
+//! (this crate, `idem_fuzz_checks`). The seeds themselves are made here, by the real
+//! parsers' and encoder's inputs and outputs; the test fails when a committed seed differs
+//! from what this file makes. To (re)write them:
+//! `IDEM_WRITE_FUZZ_SEEDS=1 cargo test -p idem-fuzz-checks --test corpus`.
+
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use inbox_worker::fuzzing::{self, FACT_SEQ, TARGETS};
+use idem_fuzz_checks::{FACT_SEQ, TARGETS, message_line};
 use inbox_worker::wire::body_of;
 use ledger::{
     Account, Amount, ClientId, Command, Currency, Fact, FactBody, Key, Rejection, Timestamp,
 };
 
 fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {
@@ -41,8 +43,8 @@ fn every_corpus_file_passes_its_targets_check() {
         let source = fuzz_dir().join("fuzz_targets").join(format!("{name}.rs"));
         let text = std::fs::read_to_string(&source).unwrap();
         assert!(
-            text.contains(&format!("fuzzing::{name}")),
-            "{} does not run fuzzing::{name}",
+            text.contains(&format!("idem_fuzz_checks::{name}")),
+            "{} does not run idem_fuzz_checks::{name}",
             source.display()
         );
         let seeds = files(&corpus.join(name));
@@ -267,9 +269,9 @@ fn key_parse() -> Seeds {
 fn inbox_message() -> Seeds {
     let mut s = Seeds::new();
     for (name, c) in commands() {
-        let line = fuzzing::message_line(&format!("m-{name}"), &format!("k-{name}"), None, &c);
+        let line = message_line(&format!("m-{name}"), &format!("k-{name}"), None, &c);
         seed(&mut s, &format!("{name}.json"), line);
-        let line = fuzzing::message_line("m-1", "ord-1", Some("shop"), &c);
+        let line = message_line("m-1", "ord-1", Some("shop"), &c);
         seed(&mut s, &format!("{name}-client.json"), line);
     }
     for (name, line) in [

@@ -1,4 +1,4 @@
-//! The HTTP load engine behind `idem-load` and `inbox-worker bench`: one engine, so that
+//! The HTTP load engine behind `idem-bench load` and `idem-bench stores`: one engine, so that
 //! every figure the project publishes about the worker over HTTP comes from the same code.
 //!
 //! - [`seed`]: deposits into the accounts a run will withdraw from, and executes the
@@ -357,7 +357,7 @@ impl Report {
         per_second(self.tally.first, self.elapsed)
     }
 
-    /// The `key=value` lines `idem-load run` prints (bench/http/run.sh reads them).
+    /// The `key=value` lines `idem-bench load run` prints (bench/http/run.sh reads them).
     pub fn write_kv(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
         let rate = self
             .rate
@@ -454,7 +454,7 @@ fn pace(
         .map(|_| tokio::sync::mpsc::unbounded_channel())
         .unzip();
     std::thread::Builder::new()
-        .name("idem-load-pacer".into())
+        .name("load-pacer".into())
         .spawn(move || {
             let mut k: u64 = 0;
             for tick in 0u32.. {
