@@ -64,7 +64,13 @@ pub fn shortest(n: i128) -> usize {
 /// `digits` (no leading zeros, more than `shown`) rounded half up to `shown` significant
 /// digits, as `d.ddde<x>`.
 fn scientific(sign: &str, digits: &str, shown: usize) -> String {
-    let mut exponent = digits.len() - 1;
+    scientific_shifted(sign, digits, shown, 0)
+}
+
+/// [`scientific`] of `digits` × 10^-`shift` (minor units shown in major ones); `digits`
+/// must have more than `shift` of them, so the exponent stays at zero or above.
+fn scientific_shifted(sign: &str, digits: &str, shown: usize, shift: usize) -> String {
+    let mut exponent = digits.len() - 1 - shift;
     let mut kept: Vec<u8> = digits.as_bytes()[..shown].to_vec();
     if digits.as_bytes()[shown] >= b'5' {
         // Carry: 9.99|7 becomes 10.00, which is 1.00 one power up.
@@ -97,6 +103,49 @@ fn scientific(sign: &str, digits: &str, shown: usize) -> String {
     }
 }
 
+/// `minor` units of `code` as major units in at most `width` cells: grouped
+/// (`1,000.00`) when that fits, else ungrouped (`1000.00`), else the major value in the
+/// exponent form of [`fit_number`] (`-1.01e15`), else `#`s. A number is never cut
+/// silently, and never shown in minor units.
+pub fn fit_money(minor: i128, code: &str, width: usize) -> String {
+    let grouped = money::format_number(minor, code);
+    if grouped.len() <= width {
+        return grouped;
+    }
+    let plain = grouped.replace(',', "");
+    if plain.len() <= width {
+        return plain;
+    }
+    let sign = if minor < 0 { "-" } else { "" };
+    let digits = minor.unsigned_abs().to_string();
+    let shift = money::exponent(code) as usize;
+    if digits.len() > shift + 1 {
+        for shown in (1..digits.len()).rev() {
+            let text = scientific_shifted(sign, &digits, shown, shift);
+            if text.len() <= width {
+                return text;
+            }
+        }
+    }
+    match width {
+        0 => String::new(),
+        1 => "#".to_string(),
+        _ => format!("{sign}{}", "#".repeat(width - sign.len())),
+    }
+}
+
+/// The fewest cells [`fit_money`] can show `minor` in without `#`s.
+pub fn shortest_money(minor: i128, code: &str) -> usize {
+    let full = money::format_number(minor, code).replace(',', "").len();
+    let digits = minor.unsigned_abs().to_string();
+    let shift = money::exponent(code) as usize;
+    if digits.len() <= shift + 1 {
+        return full;
+    }
+    let sign = if minor < 0 { "-" } else { "" };
+    full.min(scientific_shifted(sign, &digits, 1, shift).len())
+}
+
 /// `n` and a unit after it (`" RUB"`, `"/s"`) in at most `width` cells; the number is
 /// fitted into what the unit leaves, and never below its [`shortest`] form, so a unit
 /// too long for the cell is what gets cut, not the number.
@@ -119,7 +168,25 @@ pub enum Part {
         value: i128,
         style: Style,
         pad: usize,
+        /// Money: `value` is in minor units of this currency, shown in major units.
+        currency: Option<String>,
     },
+}
+
+impl Part {
+    fn fit(value: i128, currency: Option<&String>, width: usize) -> String {
+        match currency {
+            Some(code) => fit_money(value, code, width),
+            None => fit_number(value, width),
+        }
+    }
+
+    fn shortest(value: i128, currency: Option<&String>) -> usize {
+        match currency {
+            Some(code) => shortest_money(value, code),
+            None => shortest(value),
+        }
+    }
 }
 
 /// A line of [`Part`]s, built up and then fitted with [`Parts::line`].
@@ -149,6 +216,22 @@ impl Parts {
             value: value.into(),
             style,
             pad,
+            currency: None,
+        });
+        self
+    }
+
+    /// `minor` units of `currency`, shown in major units (`1,000.00`), fitted as numbers are.
+    pub fn money(self, minor: i128, currency: &str) -> Parts {
+        self.money_styled(minor, currency, Style::new())
+    }
+
+    pub fn money_styled(mut self, minor: i128, currency: &str, style: Style) -> Parts {
+        self.0.push(Part::Number {
+            value: minor,
+            style,
+            pad: 0,
+            currency: Some(currency.to_owned()),
         });
         self
     }
@@ -164,7 +247,9 @@ impl Parts {
             .iter()
             .map(|part| match part {
                 Part::Text(..) => 0,
-                Part::Number { value, .. } => fit_number(*value, usize::MAX).len(),
+                Part::Number {
+                    value, currency, ..
+                } => Part::fit(*value, currency.as_ref(), usize::MAX).len(),
             })
             .collect();
         let padded: Vec<usize> = self
@@ -187,8 +272,11 @@ impl Parts {
                 .iter()
                 .zip(&full)
                 .map(|(part, full)| match part {
-                    Part::Number { value, .. } => {
-                        fit_number(*value, cap.min(*full).max(shortest(*value))).len()
+                    Part::Number {
+                        value, currency, ..
+                    } => {
+                        let floor = Part::shortest(*value, currency.as_ref());
+                        Part::fit(*value, currency.as_ref(), cap.min(*full).max(floor)).len()
                     }
                     Part::Text(..) => 0,
                 })
@@ -207,7 +295,14 @@ impl Parts {
             .iter()
             .map(|part| match part {
                 Part::Text(text, _) => cells(text),
-                Part::Number { value, pad, .. } => fit_number(*value, usize::MAX).len().max(*pad),
+                Part::Number {
+                    value,
+                    pad,
+                    currency,
+                    ..
+                } => Part::fit(*value, currency.as_ref(), usize::MAX)
+                    .len()
+                    .max(*pad),
             })
             .sum()
     }
@@ -229,9 +324,15 @@ impl Parts {
             .zip(room)
             .map(|(part, room)| match part {
                 Part::Text(text, style) => Span::styled(text.clone(), *style),
-                Part::Number { value, style, .. } => {
-                    Span::styled(format!("{:>room$}", fit_number(*value, *room)), *style)
-                }
+                Part::Number {
+                    value,
+                    style,
+                    currency,
+                    ..
+                } => Span::styled(
+                    format!("{:>room$}", Part::fit(*value, currency.as_ref(), *room)),
+                    *style,
+                ),
             })
             .collect()
     }

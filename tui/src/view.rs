@@ -18,7 +18,10 @@ use serde_json::Value;
 use crate::app::{
     App, BalanceSort, ConflictSort, Connection, KeySort, STALE_TICKS, TREND_WINDOW, View,
 };
-use crate::fit::{Column, Parts, cells, columns, fit_number, fit_tail, fit_with_unit, pack};
+use crate::fit::{
+    Column, Parts, cells, columns, fit_money, fit_number, fit_tail, fit_with_unit, pack,
+    shortest_money,
+};
 use crate::model::{
     Account, ConflictKind, FactRow, KeyRecord, KeyStatus, Quarantined, Snapshot, ThroughputSample,
     Units,
@@ -1303,7 +1306,12 @@ fn draw_balances(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let need = users
         .iter()
         .chain(&system)
-        .map(|account| cells(&account.balance.to_string()))
+        .map(|account| {
+            cells(&money::format_number(
+                account.balance.0,
+                &account.currency.to_string(),
+            ))
+        })
         .max()
         .unwrap_or(0);
     let (widths, fitted) = columns(&balance_columns(need), table_width(inner.width), 1);
@@ -1348,7 +1356,11 @@ fn draw_balances(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                     .map(|account| {
                         vec![
                             Span::raw(account.account.to_string()),
-                            Span::raw(fit_number(account.balance.0, *budget)),
+                            Span::raw(fit_money(
+                                account.balance.0,
+                                &account.currency.to_string(),
+                                *budget,
+                            )),
                             Span::raw(account.currency.to_string()),
                         ]
                     })
@@ -1402,8 +1414,12 @@ fn account_row(account: &Account, balance_width: u16) -> Row<'static> {
         Cell::from(account.account.to_string()),
         Cell::from(account.currency.to_string()),
         Cell::from(
-            Line::raw(fit_number(account.balance.0, balance_width.into()))
-                .alignment(Alignment::Right),
+            Line::raw(fit_money(
+                account.balance.0,
+                &account.currency.to_string(),
+                balance_width.into(),
+            ))
+            .alignment(Alignment::Right),
         ),
     ])
 }
@@ -1462,7 +1478,7 @@ fn sum_line(sum: &CurrencySum, theme: Theme) -> Parts {
         .styled(format!("{} ", sum.currency), theme.bold())
         .text("= ");
     let line = match sum.local {
-        Some(local) => line.num(local),
+        Some(local) => line.money(local, &sum.currency.to_string()),
         None => line.text(SUM_OUT_OF_RANGE),
     }
     .text(" ")
@@ -1472,7 +1488,7 @@ fn sum_line(sum: &CurrencySum, theme: Theme) -> Parts {
     }
     let line = line.styled("  NOT ZERO (worker says ", style);
     match sum.reported {
-        Some(reported) => line.num_styled(reported, style, 0),
+        Some(reported) => line.money_styled(reported, &sum.currency.to_string(), style),
         None => line.styled("nothing", style),
     }
     .styled(")", style)
@@ -1486,7 +1502,7 @@ fn sum_words(sum: &CurrencySum, theme: Theme, budget: usize) -> Vec<Span<'static
         Span::raw("="),
         Span::raw(sum.local.map_or_else(
             || SUM_OUT_OF_RANGE.to_string(),
-            |local| fit_number(local, budget),
+            |local| fit_money(local, &sum.currency.to_string(), budget),
         )),
         Span::styled(mark, style.add_modifier(Modifier::BOLD)),
     ]
@@ -1529,8 +1545,8 @@ fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         .unwrap_or(0);
     let after_need = facts
         .iter()
-        .filter_map(|fact| fact.balance_after)
-        .map(|after| cells(&after.to_string()))
+        .filter_map(|fact| Some((fact.balance_after?, fact.currency.to_string())))
+        .map(|(after, code)| cells(&money::format_number(after.0, &code)))
         .max()
         .unwrap_or(0);
     let key_column = Column::text(Constraint::Fill(1), 8);
@@ -1586,8 +1602,9 @@ fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 name,
                 fact_target(fact),
                 money_fit(fact.amount, &fact.currency, fitted[6]),
-                fact.balance_after
-                    .map_or(String::new(), |b| fit_number(b.0, fitted[7].into())),
+                fact.balance_after.map_or(String::new(), |b| {
+                    fit_money(b.0, &fact.currency.to_string(), fitted[7].into())
+                }),
             ],
             5 => vec![
                 seq(fact),
@@ -1729,19 +1746,26 @@ fn restyle(mut line: Line<'static>, style: Style) -> Line<'static> {
 }
 
 /// Amounts stay integers of minor units, as the ledger keeps them.
+/// An amount of minor units in major units with its currency: `1,000.00 RUB`.
 fn money(amount: Option<u64>, currency: &Clean) -> String {
     match amount {
-        Some(amount) => format!("{amount} {currency}"),
+        Some(amount) => money::format(amount.into(), &currency.to_string()),
         None => String::new(),
     }
 }
 
-/// [`money`] in `width` cells: the number shortens, the currency stays.
+/// [`money`] in `width` cells: the number shortens (never below its shortest form), the
+/// currency stays.
 fn money_fit(amount: Option<u64>, currency: &Clean, width: u16) -> String {
-    match amount {
-        Some(amount) => fit_with_unit(amount.into(), &format!(" {currency}"), width.into()),
-        None => String::new(),
-    }
+    let Some(amount) = amount else {
+        return String::new();
+    };
+    let code = currency.to_string();
+    let unit = format!(" {code}");
+    let room = usize::from(width)
+        .saturating_sub(cells(&unit))
+        .max(shortest_money(amount.into(), &code));
+    format!("{}{unit}", fit_money(amount.into(), &code, room))
 }
 
 /// An age in at most 7 cells, the width of the age columns: past 999 days only the

@@ -213,10 +213,11 @@ fn no_color_uses_no_colour() {
     assert!(coloured_cells(&terminal) > 0);
 }
 
-/// Every number on `line` that reads as one, abbreviated (`-1.01e17`) or not.
+/// Every number on `line` that reads as one, grouped (`-1,010,000.00`), abbreviated
+/// (`-1.01e15`) or plain.
 fn numbers_on(line: &str) -> Vec<f64> {
     line.split(|c: char| c.is_whitespace() || c == '│' || c == '"')
-        .filter_map(|word| word.parse::<f64>().ok())
+        .filter_map(|word| word.replace(',', "").parse::<f64>().ok())
         .collect()
 }
 
@@ -224,9 +225,10 @@ fn numbers_on(line: &str) -> Vec<f64> {
 /// is shown in full, or abbreviated with its exponent, never cut from the left.
 #[test]
 fn big_balances_keep_their_sign_and_size() {
-    // 101 deposits fill an i64's 18 digits plus the sign; 20,000 outgrow an i64.
+    // 101 deposits fill an i64's 18 digits plus the sign; 20,000 outgrow an i64. Each is
+    // 10^15 kopecks, shown as 10^13 roubles.
     for deposits in [101, 20_000] {
-        let total = deposits as f64 * 1e15;
+        let total = deposits as f64 * 1e13;
         let mut app = live_app(true);
         app.handle(data(Data::Accounts(fixture::accounts_after_deposits(
             deposits,

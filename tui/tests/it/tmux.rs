@@ -91,10 +91,10 @@ fn dashboard_follows_a_real_worker_in_tmux() {
     let keys = tmux.wait_for("the keys view to list both keys", |s| {
         has_row(
             s,
-            &["done", "default", "dep-1", "deposit", "alice", "1000 RUB"],
+            &["done", "default", "dep-1", "deposit", "alice", "10.00 RUB"],
         ) && has_row(
             s,
-            &["done", "default", "wd-1", "withdraw", "alice", "300 RUB"],
+            &["done", "default", "wd-1", "withdraw", "alice", "3.00 RUB"],
         )
     });
     assert!(squeeze(&keys).contains("Keys · 2 shown"), "{keys}");
@@ -111,12 +111,12 @@ fn dashboard_follows_a_real_worker_in_tmux() {
 
     tmux.press("4");
     let balances = tmux.wait_for("the balances view to show alice", |s| {
-        has_row(s, &["alice", "RUB", "700"])
+        has_row(s, &["alice", "RUB", "7.00"])
     });
-    for row in [["@payouts", "RUB", "300"], ["@world", "RUB", "-1000"]] {
+    for row in [["@payouts", "RUB", "3.00"], ["@world", "RUB", "-10.00"]] {
         assert!(has_row(&balances, &row), "missing {row:?} in\n{balances}");
     }
-    assert!(squeeze(&balances).contains("RUB = 0 ✓"), "{balances}");
+    assert!(squeeze(&balances).contains("RUB = 0.00 ✓"), "{balances}");
 
     tmux.press("?");
     tmux.wait_for("the help overlay", |s| {
@@ -125,7 +125,7 @@ fn dashboard_follows_a_real_worker_in_tmux() {
     // Any key closes the help and leaves the view as it was.
     tmux.press("j");
     tmux.wait_for("the help to close over the balances", |s| {
-        !s.contains("┌ Help") && has_row(s, &["alice", "RUB", "700"])
+        !s.contains("┌ Help") && has_row(s, &["alice", "RUB", "7.00"])
     });
 
     tmux.press("q");
@@ -170,7 +170,7 @@ fn demo_runs_a_worker_beside_the_dashboard_and_stops_it_on_quit() {
     assert!(overview.contains("Throughput"), "{overview}");
     tmux.press("4");
     tmux.wait_for("the demo's accounts on the balances view", |s| {
-        has_row(s, &["alice", "RUB"]) && squeeze(s).contains("RUB = 0 ✓")
+        has_row(s, &["alice", "RUB"]) && squeeze(s).contains("RUB = 0.00 ✓")
     });
 
     let worker = DemoWorker::find(&tmux);
