@@ -547,6 +547,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn money_fits_its_width_in_major_units() {
+        let table: &[(i128, &str, usize, &str)] = &[
+            (100_000, "RUB", 20, "1,000.00"),
+            (100_000, "RUB", 7, "1000.00"),
+            (100_000, "RUB", 5, "1e3"),
+            (
+                -101_000_000_000_000_000,
+                "RUB",
+                30,
+                "-1,010,000,000,000,000.00",
+            ),
+            (-101_000_000_000_000_000, "RUB", 12, "-1.01e15"),
+            (5, "RUB", 8, "0.05"),
+            (5, "RUB", 3, "###"),
+            (500, "JPY", 3, "500"),
+            (1_234_567, "JPY", 9, "1,234,567"),
+            (1_234_567, "JPY", 7, "1234567"),
+            (1_234_567, "JPY", 5, "1.2e6"),
+            (1_000, "KWD", 5, "1.000"),
+            (i128::MAX, "RUB", 10, "1.70141e36"),
+        ];
+        for (minor, code, width, text) in table {
+            let got = fit_money(*minor, code, *width);
+            assert_eq!(got, *text, "{minor} {code} in {width}");
+            assert!(got.len() <= *width, "{got} in {width}");
+        }
+        // The shortest form is what a column never goes below.
+        assert_eq!(shortest_money(-101_000_000_000_000_000, "RUB"), 5); // -1e15
+        assert_eq!(shortest_money(5, "RUB"), 4);
+    }
+
+    #[test]
     fn numbers_fit_their_width() {
         let cases: &[(i128, usize, &str)] = &[
             // Exact fits, zero and negatives included.
