@@ -28,6 +28,11 @@ pub fn fit_number(n: i128, width: usize) -> String {
             return text;
         }
     }
+    hashes(sign, width)
+}
+
+/// `width` cells of `#` after the sign: a number too wide for any form, marked as cut.
+fn hashes(sign: &str, width: usize) -> String {
     match width {
         0 => String::new(),
         1 => "#".to_string(),
@@ -127,11 +132,7 @@ pub fn fit_money(minor: i128, code: &str, width: usize) -> String {
             }
         }
     }
-    match width {
-        0 => String::new(),
-        1 => "#".to_string(),
-        _ => format!("{sign}{}", "#".repeat(width - sign.len())),
-    }
+    hashes(sign, width)
 }
 
 /// The fewest cells [`fit_money`] can show `minor` in without `#`s.
