@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# HTTP benchmark of inbox-worker (issue 3, "Performance"). From the workspace root:
+# HTTP benchmark of inbox-worker. From the workspace root:
 #
 #   bench/http/run.sh
 #

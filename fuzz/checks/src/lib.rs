@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 /// otherwise.
 pub type Check = fn(&[u8]);
 
-/// Every fuzz target: its name (the file `fuzz/fuzz_targets/<name>.rs` and the seed
+/// Every fuzz target: its name (the file `fuzz/fuzz_targets/<name>.rs` and the corpus
 /// directory `fuzz/corpus/<name>/`) and its check.
 pub const TARGETS: [(&str, Check); 4] = [
     ("http_body", http_body),
