@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use ledger::{Account, ClientId, Command, Currency, Key, Ledger, MessageId, Submission};
 use serde_json::Value;
 
-use crate::server::{ApiOptions, serve};
+use crate::api::{ApiOptions, serve};
 
 /// What the client saw, over the whole demo.
 #[derive(Debug, Default, Clone, Copy)]

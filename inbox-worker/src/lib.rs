@@ -13,10 +13,10 @@
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let addr = listener.local_addr()?;
 //! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-//! let server = tokio::spawn(inbox_worker::server::serve(
+//! let server = tokio::spawn(inbox_worker::api::serve(
 //!     listener,
 //!     store.clone(),
-//!     inbox_worker::server::ApiOptions::default(),
+//!     inbox_worker::api::ApiOptions::default(),
 //!     async move { let _ = stopped.await; },
 //! ));
 //! // ... talk to http://{addr} ...
@@ -29,14 +29,11 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod amqp;
+pub mod api;
 pub mod client;
 pub mod demo;
-pub mod feed;
 pub mod inbox;
-pub mod listener;
-pub mod metrics;
-pub mod server;
+pub mod twins;
 pub mod wire;
 
-pub use listener::Limits;
-pub use server::{ApiOptions, ServeConfig, run_server, serve};
+pub use api::{ApiOptions, Limits, ServeConfig, run_server, serve};

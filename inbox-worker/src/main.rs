@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use inbox_worker::api::{ApiOptions, ServeConfig};
 use inbox_worker::client::{self, SubmitOptions};
-use inbox_worker::server::{ApiOptions, ServeConfig};
 use inbox_worker::wire::parse_duration;
 use inbox_worker::{demo, inbox};
 use ledger::{Account, Amount, ClientId, Command, Currency, Key, Ledger, LedgerError};
@@ -634,7 +634,7 @@ fn verify_pg(url: &str) -> anyhow::Result<u8> {
     runtime.block_on(async {
         let mut config = ServeConfig::new("");
         config.store_url = Some(url.to_owned());
-        let store = inbox_worker::server::open_store(&config).await?;
+        let store = inbox_worker::api::open_store(&config).await?;
         let report = store.verify().await;
         store.shutdown().await;
         let report = report?;

@@ -17,15 +17,10 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
-use crate::metrics::commit_summary;
-use crate::server::{Params, Problem, Shared, json_ok, number_param, params, to_usize};
-
-/// One event of `/v1/live/stream`: `fact`, `key` or `conflict`, with its JSON.
-#[derive(Debug, Clone)]
-pub struct FeedEvent {
-    pub name: &'static str,
-    pub data: String,
-}
+use super::metrics::commit_summary;
+use super::problem::{Params, Problem, json_ok, number_param, params, to_usize};
+pub use super::state::FeedEvent;
+use super::state::Shared;
 
 fn now_rfc3339() -> String {
     Timestamp(chrono::Utc::now().timestamp_millis()).to_rfc3339()

@@ -38,6 +38,41 @@ pub mod bound {
     pub const EVENT_BYTES: u64 = 1 << 10;
 }
 
+/// Why the listener closed a connection, as counted for `/metrics` (defined here so that
+/// the counters need nothing from the listener).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Closed {
+    HeaderTimeout = 1,
+    BodyTimeout = 2,
+    IdleTimeout = 3,
+    WriteStalled = 4,
+    Evicted = 5,
+    Shutdown = 6,
+}
+
+impl Closed {
+    pub const ALL: [Closed; 6] = [
+        Closed::HeaderTimeout,
+        Closed::BodyTimeout,
+        Closed::IdleTimeout,
+        Closed::WriteStalled,
+        Closed::Evicted,
+        Closed::Shutdown,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::BodyTimeout => "body_timeout",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::WriteStalled => "write_stalled",
+            Closed::Evicted => "evicted",
+            Closed::Shutdown => "shutdown",
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Metrics {
     /// HTTP answers by `code` (`applied`, `replayed`, `insufficient_funds`, ...).
@@ -59,11 +94,11 @@ impl Metrics {
         }
     }
 
-    pub fn closed(&self, reason: crate::listener::Closed) {
+    pub fn closed(&self, reason: Closed) {
         self.closed[reason as usize - 1].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn closed_count(&self, reason: crate::listener::Closed) -> u64 {
+    pub fn closed_count(&self, reason: Closed) -> u64 {
         self.closed[reason as usize - 1].load(Ordering::Relaxed)
     }
 
@@ -243,7 +278,7 @@ impl Metrics {
             "HTTP connections the worker closed, by reason: a phase's timeout, room for a \
              new client (evicted), or a stop.",
             "counter",
-            crate::listener::Closed::ALL
+            Closed::ALL
                 .iter()
                 .map(|r| {
                     (

@@ -49,7 +49,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::time::Sleep;
 
-use crate::metrics::Metrics;
+pub use super::metrics::Closed;
+use super::metrics::Metrics;
 
 /// How long each phase of a connection may last, how many there may be, and how long a
 /// stop waits for requests in flight.
@@ -106,40 +107,6 @@ impl Phase {
     /// Holds no request already read: a stop closes it at once.
     fn holds_no_request(self) -> bool {
         self != Phase::Busy
-    }
-}
-
-/// Why the listener closed a connection, for `/metrics`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Closed {
-    HeaderTimeout = 1,
-    BodyTimeout = 2,
-    IdleTimeout = 3,
-    WriteStalled = 4,
-    Evicted = 5,
-    Shutdown = 6,
-}
-
-impl Closed {
-    pub const ALL: [Closed; 6] = [
-        Closed::HeaderTimeout,
-        Closed::BodyTimeout,
-        Closed::IdleTimeout,
-        Closed::WriteStalled,
-        Closed::Evicted,
-        Closed::Shutdown,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Closed::HeaderTimeout => "header_timeout",
-            Closed::BodyTimeout => "body_timeout",
-            Closed::IdleTimeout => "idle_timeout",
-            Closed::WriteStalled => "write_stalled",
-            Closed::Evicted => "evicted",
-            Closed::Shutdown => "shutdown",
-        }
     }
 }
 

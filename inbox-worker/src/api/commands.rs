@@ -1,0 +1,201 @@
+//! `POST /v1/deposits`, `/v1/withdrawals`, `/v1/refunds`: authenticates the client,
+//! reads the key and the body, hands the command to the store and renders its answer. The
+//! idempotency check is the store's, inside its commit: nothing here caches answers.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::Response;
+use ledger::fact::json;
+use ledger::{ClientId, Command, Key, Outcome, Submission};
+use serde_json::json;
+
+use super::feed;
+use super::listener::BodyTimeout;
+use super::problem::{Problem, body_bytes, bytes_response};
+use super::state::{App, Shared, fail_and_close};
+use crate::twins;
+use crate::wire::{self, CommandKind};
+
+/// The largest request body accepted.
+pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
+
+pub(crate) async fn deposit(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    command(app, CommandKind::Deposit, headers, body).await
+}
+
+pub(crate) async fn withdraw(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    command(app, CommandKind::Withdraw, headers, body).await
+}
+
+pub(crate) async fn refund(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    command(app, CommandKind::Refund, headers, body).await
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Key, Problem> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let first = values.next().ok_or_else(|| {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_missing",
+            "Money-moving requests need an Idempotency-Key header.",
+        )
+    })?;
+    let invalid = || {
+        Problem::new(
+            StatusCode::BAD_REQUEST,
+            "idempotency_key_invalid",
+            "The Idempotency-Key must be one header of 1 to 255 bytes of visible ASCII.",
+        )
+    };
+    if values.next().is_some() {
+        return Err(invalid());
+    }
+    let text = first.to_str().map_err(|_| invalid())?;
+    Key::parse(text).map_err(|_| invalid())
+}
+
+fn too_large() -> Problem {
+    Problem::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "The body is larger than 64 KiB.",
+    )
+}
+
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, Problem> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT_BYTES as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, BODY_LIMIT_BYTES)
+        .await
+        .map_err(|e| {
+            let inner = e.into_inner();
+            if inner
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                too_large()
+            } else if caused_by::<BodyTimeout>(&*inner) {
+                Problem::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    "The request body did not arrive in time; nothing changed.",
+                )
+            } else {
+                Problem::invalid("the body could not be read")
+            }
+        })
+}
+
+/// Whether `E` is `e` or anywhere in its chain of sources (the body's errors arrive
+/// wrapped by each layer they pass).
+fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.is::<E>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The order of checks: who, which key, how big, what. Each refusal leaves the key unused.
+async fn command(app: Shared, kind: CommandKind, headers: HeaderMap, body: Body) -> Response {
+    let client = match app.client(&headers) {
+        Ok(c) => c,
+        Err(p) => return app.fail(p),
+    };
+    let key = match idempotency_key(&headers) {
+        Ok(k) => k,
+        Err(p) => return app.fail(p),
+    };
+    let bytes = match read_body(&headers, body).await {
+        Ok(b) => b,
+        // The rest of a late body may still come: the connection cannot be reused.
+        Err(p) if p.status == StatusCode::REQUEST_TIMEOUT => return fail_and_close(&app, p),
+        Err(p) => return app.fail(p),
+    };
+    let command = match wire::parse_body(kind, &bytes) {
+        Ok(c) => c,
+        Err(e) => return app.fail(Problem::invalid(e.detail)),
+    };
+    execute(&app, client, key, command).await
+}
+
+async fn execute(app: &Shared, client: ClientId, key: Key, command: Command) -> Response {
+    let wait = app.options.in_flight_wait;
+    let answer = twins::submit(&*app.store, &client, &key, &command, None, wait).await;
+    match answer {
+        Ok(Submission::Executed(o)) => outcome_response(app, &o, false),
+        Ok(Submission::Replayed(o)) => outcome_response(app, &o, true),
+        Ok(Submission::Reused) => {
+            let stored = app.store.key(&client, &key).await.ok().flatten();
+            let differs = stored
+                .map(|k| wire::differs(&k.command, &command))
+                .unwrap_or_default();
+            feed::conflict(app, &client, &key, "reused", &command, &differs);
+            let mut p = Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "This key was used for another command; nothing changed.",
+            )
+            .detail(
+                "an idempotency key names one command: retry with the same body, \
+                 or use a new key for a new command",
+            );
+            p.extra = Some(Box::new(("differs", json!(differs))));
+            app.fail(p)
+        }
+        Ok(Submission::InProgress { retry_after }) => {
+            feed::conflict(app, &client, &key, "in_flight", &command, &[]);
+            let mut p = Problem::new(
+                StatusCode::CONFLICT,
+                "request_in_progress",
+                "A request with this key is in progress; retry after a moment.",
+            );
+            p.retry_after_secs = Some(retry_after.as_secs().max(1));
+            app.fail(p)
+        }
+        Ok(Submission::Quarantined { .. }) => app.fail(Problem::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "Unexpected answer from the ledger.",
+        )),
+        Err(e) => {
+            eprintln!("ledger error: {e}");
+            app.fail(Problem::unavailable())
+        }
+    }
+}
+
+/// The stored answer: 201 with the receipt, or 422 with the rejection; the same bytes on
+/// every replay, because both are rendered from the outcome alone.
+pub(crate) fn outcome_response(app: &App, outcome: &Outcome, replayed: bool) -> Response {
+    let body = body_bytes(&json::outcome(outcome));
+    let (status, content_type, code) = match outcome {
+        Outcome::Applied(_) => (StatusCode::CREATED, "application/json", "applied"),
+        Outcome::Rejected(r) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "application/problem+json",
+            r.rejection.code(),
+        ),
+    };
+    app.metrics
+        .answered(if replayed { "replayed" } else { code });
+    let mut r = bytes_response(status, body, content_type);
+    if replayed {
+        r.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    r
+}

@@ -1,0 +1,99 @@
+//! What a worker is told at start: the API's options and, for `run_server`, where the store
+//! lives and what else to run beside the API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ledger::{ClientId, Config};
+
+use super::listener::Limits;
+use crate::amqp::{AmqpOptions, AmqpStats};
+
+/// How the API behaves, independent of where the ledger lives.
+#[derive(Debug, Clone)]
+pub struct ApiOptions {
+    /// Client tokens: (client, secret). Empty: one client, `default`, loopback only.
+    pub tokens: Vec<(ClientId, String)>,
+    /// The operator's secret for the feed endpoints when client tokens are configured.
+    pub admin_token: Option<String>,
+    /// How long a request waits for an in-flight twin before answering 409.
+    pub in_flight_wait: Duration,
+    /// How often the sweeper looks for keys past the retention.
+    pub sweep_every: Duration,
+    /// How often `verify` runs for the snapshot (it also runs at start).
+    pub verify_every: Duration,
+    /// The connection cap and each phase's timeout (see `listener`).
+    pub limits: Limits,
+    /// The RabbitMQ consumer's counters, for /metrics, when the worker runs one.
+    pub amqp_stats: Option<Arc<AmqpStats>>,
+}
+
+impl Default for ApiOptions {
+    fn default() -> Self {
+        Self {
+            tokens: Vec::new(),
+            admin_token: None,
+            in_flight_wait: Duration::from_millis(20),
+            sweep_every: Duration::from_secs(5),
+            verify_every: Duration::from_secs(600),
+            limits: Limits::default(),
+            amqp_stats: None,
+        }
+    }
+}
+
+/// Everything `serve` needs: the ledger's folder and options, the address, the API.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub db: PathBuf,
+    /// A PostgreSQL URL: the facts live there instead of the sled folder `db`.
+    pub store_url: Option<String>,
+    /// Connections to PostgreSQL (with `store_url`).
+    pub pg_pool: usize,
+    /// Consume inbox messages from RabbitMQ too.
+    pub amqp: Option<AmqpOptions>,
+    pub listen: SocketAddr,
+    pub retention: Duration,
+    pub lease: Duration,
+    pub cache_bytes: u64,
+    pub api: ApiOptions,
+}
+
+impl ServeConfig {
+    pub fn new(db: impl Into<PathBuf>) -> Self {
+        Self {
+            db: db.into(),
+            store_url: None,
+            pg_pool: 16,
+            amqp: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
+            retention: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(10),
+            cache_bytes: 64 * 1024 * 1024,
+            api: ApiOptions::default(),
+        }
+    }
+
+    pub fn ledger_config(&self) -> Config {
+        let mut c = Config::new(&self.db)
+            .retention(self.retention)
+            .lease(self.lease);
+        c.cache_capacity_bytes = self.cache_bytes;
+        c
+    }
+}
+
+/// Refuses an open server on a non-loopback address: with no tokens, anyone who can reach
+/// the port could move money.
+pub fn check_exposure(listen: SocketAddr, api: &ApiOptions) -> anyhow::Result<()> {
+    if api.tokens.is_empty() && !listen.ip().is_loopback() {
+        anyhow::bail!(
+            "refusing to listen on {listen} without tokens: with no --token or --tokens-file \
+             the worker serves the client `default` to anyone who connects, so it only \
+             listens on loopback (e.g. 127.0.0.1:7420)"
+        );
+    }
+    Ok(())
+}
