@@ -28,7 +28,6 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
-pub mod amqp;
 pub mod api;
 pub mod client;
 pub mod demo;

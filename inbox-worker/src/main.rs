@@ -362,7 +362,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         store_url: args.store.filter(|s| !s.is_empty()),
         pg_pool: args.pg_pool.max(1),
         amqp: args.amqp.filter(|u| !u.is_empty()).map(|url| {
-            let mut o = inbox_worker::amqp::AmqpOptions::new(url, args.queue.clone());
+            let mut o = inbox_worker::inbox::amqp::AmqpOptions::new(url, args.queue.clone());
             o.prefetch = args.prefetch.max(1);
             o.max_deliveries = args.max_deliveries.max(1);
             o
@@ -520,12 +520,16 @@ fn publish(url: &str, common: &Common, key: &Key, command: &Command) -> anyhow::
             return Ok(2);
         }
     };
-    let body = inbox_worker::amqp::message_body(&message_id, client.as_ref(), key, command);
+    let body = inbox_worker::inbox::amqp::message_body(&message_id, client.as_ref(), key, command);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    match runtime.block_on(inbox_worker::amqp::publish(url, &common.queue, [body])) {
+    match runtime.block_on(inbox_worker::inbox::amqp::publish(
+        url,
+        &common.queue,
+        [body],
+    )) {
         Ok(_) => {
             println!(
                 "published: {} {} (key {}, message {}) to queue {}; confirmed by the broker",
@@ -540,7 +544,7 @@ fn publish(url: &str, common: &Common, key: &Key, command: &Command) -> anyhow::
         Err(e) => {
             eprintln!(
                 "error: publishing to {}: {e:#}",
-                inbox_worker::amqp::redact(url)
+                inbox_worker::inbox::amqp::redact(url)
             );
             Ok(1)
         }
@@ -591,7 +595,13 @@ fn consume(args: ConsumeArgs) -> anyhow::Result<u8> {
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let result = inbox::consume(&ledger, &mut input, &client, &progress);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let result = runtime.block_on(inbox::jsonl::consume(
+        &ledger, &mut input, &client, &progress,
+    ));
     progress.finish_and_clear();
     ledger.shutdown();
     match result {

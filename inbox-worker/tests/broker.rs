@@ -114,7 +114,7 @@ fn messages(n: usize) -> Vec<Vec<u8>> {
                 currency: Currency::parse("RUB").unwrap(),
             };
             let id = MessageId::parse(&format!("m-{i}")).unwrap();
-            inbox_worker::amqp::message_body(&id, Some(&client), &key, &command)
+            inbox_worker::inbox::amqp::message_body(&id, Some(&client), &key, &command)
         })
         .collect()
 }
@@ -126,7 +126,11 @@ fn publish_all(runtime: &tokio::runtime::Runtime, queue: &str, bodies: &[Vec<u8>
     for body in bodies {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            match runtime.block_on(inbox_worker::amqp::publish(&url, queue, [body.clone()])) {
+            match runtime.block_on(inbox_worker::inbox::amqp::publish(
+                &url,
+                queue,
+                [body.clone()],
+            )) {
                 Ok(_) => break,
                 Err(e) if Instant::now() < deadline => {
                     eprintln!("publish: {e:#}; retrying");

@@ -37,7 +37,7 @@ use metrics::Metrics;
 use problem::Problem;
 use state::{App, Shared, fail_and_close};
 
-use crate::amqp;
+use crate::inbox::amqp;
 
 /// Opens the ledger, binds `config.listen`, serves until `shutdown` resolves, finishes
 /// what is in flight, and shuts the ledger down (flushing it). Prints

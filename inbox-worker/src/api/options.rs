@@ -9,7 +9,7 @@ use std::time::Duration;
 use ledger::{ClientId, Config};
 
 use super::listener::Limits;
-use crate::amqp::{AmqpOptions, AmqpStats};
+use crate::inbox::amqp::{AmqpOptions, AmqpStats};
 
 /// How the API behaves, independent of where the ledger lives.
 #[derive(Debug, Clone)]

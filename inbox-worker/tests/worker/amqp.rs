@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use inbox_worker::amqp::{self, AmqpOptions, AmqpStats, ConsumeReport};
+use inbox_worker::inbox::amqp::{self, AmqpOptions, AmqpStats, ConsumeReport};
 use lapin::options::{
     BasicAckOptions, BasicGetOptions, ExchangeDeleteOptions, QueueDeclareOptions,
     QueueDeleteOptions,

@@ -1,5 +1,6 @@
-//! The RabbitMQ inbox: consumes inbox messages (the same JSON as a `consume` line, see
-//! [`wire::parse_message`]) from a queue and feeds them through [`Store::submit`], and
+//! The RabbitMQ inbox transport: consumes inbox messages (the same JSON as a `consume`
+//! line, see [`crate::wire::parse_message`]) from a queue, has each decided by
+//! [`super::handle`], and acks, requeues or dead-letters it per the [`Disposition`]; and
 //! publishes messages with publisher confirms for `submit --via amqp://…`.
 //!
 //! # What is acknowledged, and when
@@ -73,10 +74,10 @@ use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
-use ledger::{ClientId, Command, Key, LedgerError, MessageId, Store, Submission};
+use ledger::{ClientId, Command, Key, LedgerError, MessageId, Store};
 use tokio::task::JoinSet;
 
-use crate::wire;
+use super::{Disposition, Retry};
 
 /// The header that carries why a message was dead-lettered.
 pub const REASON_HEADER: &str = "x-idem-reason";
@@ -152,36 +153,7 @@ impl AmqpOptions {
     }
 }
 
-/// Why a message was dead-lettered, as counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum DeadReason {
-    Undecodable,
-    MessageIdReused,
-    KeyReused,
-    DeliveryLimit,
-}
-
-impl DeadReason {
-    pub const ALL: [DeadReason; 4] = [
-        DeadReason::Undecodable,
-        DeadReason::MessageIdReused,
-        DeadReason::KeyReused,
-        DeadReason::DeliveryLimit,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DeadReason::Undecodable => "undecodable",
-            DeadReason::MessageIdReused => "message_id_reused",
-            DeadReason::KeyReused => "idempotency_key_reused",
-            DeadReason::DeliveryLimit => "delivery_limit",
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
+pub use super::DeadReason;
 
 /// Live counters of a consumer, shared with the metrics endpoint. All counts are since the
 /// `AmqpStats` was created, across reconnections.
@@ -367,7 +339,7 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// The inbox message for one command, in the form [`wire::parse_message`] reads (the same
+/// The inbox message for one command, in the form [`crate::wire::parse_message`] reads (the same
 /// as a `consume` line), for publishing with [`publish`] (`submit --via amqp://…`). The
 /// message id is what deduplicates a republished message; reuse it for every retry.
 pub fn message_body(
@@ -754,6 +726,21 @@ async fn session(
         }
     };
     opts.stats.connected.store(false, Ordering::Relaxed);
+    settle_in_hand(&ended, &channel, consumer.tag().as_str(), tasks, opts).await;
+    let _ = channel.close(200, "shutting down").await;
+    let _ = ctx.dead.close(200, "shutting down").await;
+    let _ = conn.close(200, "shutting down").await;
+    ended
+}
+
+/// What becomes of the deliveries in hand when a session ends.
+async fn settle_in_hand(
+    ended: &Ended,
+    channel: &Channel,
+    consumer_tag: &str,
+    mut tasks: JoinSet<()>,
+    opts: &AmqpOptions,
+) {
     match ended {
         Ended::Shutdown => {
             // Stop the flow first, so that nothing new arrives while the tasks finish and
@@ -762,7 +749,7 @@ async fn session(
             // out again once this channel is closed below (and if its commit lands after
             // all, the redelivery is a replay).
             let _ = channel
-                .basic_cancel(consumer.tag().as_str(), BasicCancelOptions::default())
+                .basic_cancel(consumer_tag, BasicCancelOptions::default())
                 .await;
             let drained = tokio::time::timeout(opts.drain_timeout, async {
                 while tasks.join_next().await.is_some() {}
@@ -786,10 +773,6 @@ async fn session(
             tasks.detach_all();
         }
     }
-    let _ = channel.close(200, "shutting down").await;
-    let _ = ctx.dead.close(200, "shutting down").await;
-    let _ = conn.close(200, "shutting down").await;
-    ended
 }
 
 /// Handles one delivery; a panic in handling it requeues it, so a message that crashes the
@@ -798,7 +781,7 @@ async fn session(
 async fn guarded(ctx: Arc<Ctx>, delivery: Delivery) {
     let acker = delivery.acker.clone();
     let stats = ctx.opts.stats.clone();
-    if AssertUnwindSafe(handle(&ctx, delivery))
+    if AssertUnwindSafe(process(&ctx, delivery))
         .catch_unwind()
         .await
         .is_err()
@@ -835,84 +818,49 @@ fn deliveries(properties: &BasicProperties) -> u64 {
     earlier.saturating_add(1)
 }
 
-async fn handle(ctx: &Ctx, delivery: Delivery) {
-    let stats = &ctx.opts.stats;
+/// Moves one delivery on per its disposition. Nothing here decides about the message
+/// itself but the delivery limit, which only the broker's count can tell.
+async fn process(ctx: &Ctx, delivery: Delivery) {
     let n = deliveries(&delivery.properties);
     if n > u64::from(ctx.opts.max_deliveries) {
-        let id = wire::parse_message(&delivery.data)
-            .map(|m| m.message_id.as_str().to_owned())
-            .unwrap_or_else(|(id, _)| id.unwrap_or_default());
+        let id = super::message_id_of(&delivery.data).unwrap_or_default();
         let reason = format!(
             "delivered {n} times, more than max_deliveries {}: every attempt failed",
             ctx.opts.max_deliveries
         );
         return dead_letter(ctx, &delivery, DeadReason::DeliveryLimit, &reason, &id, n).await;
     }
-    let message = match wire::parse_message(&delivery.data) {
-        Ok(m) => m,
-        Err((id, invalid)) => {
-            let reason = format!("undecodable: {invalid}");
-            let id = id.unwrap_or_default();
-            return dead_letter(ctx, &delivery, DeadReason::Undecodable, &reason, &id, n).await;
-        }
-    };
-    let id = message.message_id.as_str().to_owned();
-    let client = message
-        .client
-        .clone()
-        .unwrap_or_else(|| ctx.opts.default_client.clone());
     // When the key was first found in flight: measured from that answer, not from the first
     // submission, which may itself have waited long on a slow store.
     let mut in_flight_since = None;
     loop {
-        let submitted = ctx
-            .store
-            .submit(
-                &client,
-                &message.key,
-                message.command.clone(),
-                Some(message.message_id.clone()),
-            )
-            .await;
-        match submitted {
-            Ok(Submission::Executed(_) | Submission::Replayed(_)) => {
-                ctx.store_failures.store(0, Ordering::Relaxed);
-                // The outcome is durable: only now may the broker forget the message.
-                if let Ok(Submission::Executed(_)) = submitted {
-                    AmqpStats::inc(&stats.executed);
-                } else {
-                    AmqpStats::inc(&stats.replayed);
-                }
-                // The crash window the broker crash test aims at: durable here, not yet
-                // acked, so the broker must redeliver and the store must answer a replay.
-                // With the `failpoints` feature, `FAILPOINTS=amqp.before_ack=6*off->return`
-                // aborts the process, as `kill -9` would, at the point's seventh pass. Only
-                // the `return` action aborts: `panic` would end this task alone, with the
-                // process and its connection to the broker still up.
-                #[cfg(feature = "failpoints")]
-                if fail::eval("amqp.before_ack", |_| ()).is_some() {
-                    eprintln!("amqp: failpoint amqp.before_ack: aborting before the ack");
-                    std::process::abort();
-                }
-                return ack(ctx, &delivery).await;
+        let disposition =
+            super::handle(&*ctx.store, &delivery.data, &ctx.opts.default_client).await;
+        if disposition.decided_by_store() {
+            ctx.store_failures.store(0, Ordering::Relaxed);
+        }
+        match disposition {
+            Disposition::Executed(_) => {
+                AmqpStats::inc(&ctx.opts.stats.executed);
+                return ack_durable(ctx, &delivery).await;
             }
-            Ok(Submission::Quarantined { reason }) => {
-                ctx.store_failures.store(0, Ordering::Relaxed);
-                let reason = if reason.starts_with("message_id_reused") {
-                    reason
-                } else {
-                    format!("message_id_reused: {reason}")
-                };
-                return dead_letter(ctx, &delivery, DeadReason::MessageIdReused, &reason, &id, n)
-                    .await;
+            Disposition::Replayed(_) => {
+                AmqpStats::inc(&ctx.opts.stats.replayed);
+                return ack_durable(ctx, &delivery).await;
             }
-            Ok(Submission::Reused) => {
-                ctx.store_failures.store(0, Ordering::Relaxed);
-                let reason = "idempotency_key_reused: the key already holds another command; \
-                              nothing changed";
-                return dead_letter(ctx, &delivery, DeadReason::KeyReused, reason, &id, n).await;
+            Disposition::Quarantined { message_id, reason } => {
+                let why = DeadReason::MessageIdReused;
+                return dead_letter(ctx, &delivery, why, &reason, &message_id, n).await;
             }
-            Ok(Submission::InProgress { retry_after }) => {
+            Disposition::DeadLetter {
+                why,
+                reason,
+                message_id,
+            } => {
+                let id = message_id.unwrap_or_default();
+                return dead_letter(ctx, &delivery, why, &reason, &id, n).await;
+            }
+            Disposition::RetryLater(Retry::InProgress { retry_after }) => {
                 // Usually a duplicate of this very message in the same prefetch window: its
                 // twin commits within milliseconds, and the retry here is then a replay.
                 // Waiting in place keeps the message's place and spends no delivery.
@@ -924,26 +872,46 @@ async fn handle(ctx: &Ctx, delivery: Delivery) {
                 tokio::time::sleep(ctx.opts.requeue_delay).await;
                 return requeue(ctx, &delivery).await;
             }
-            Err(error) => {
-                AmqpStats::inc(&stats.store_errors);
-                let failures = ctx.store_failures.fetch_add(1, Ordering::Relaxed);
-                let delay = ctx
-                    .opts
-                    .store_backoff_min
-                    .saturating_mul(1 << failures.min(16))
-                    .min(ctx.opts.store_backoff_max);
-                if failures == 0 || matches!(error, LedgerError::Corrupt { .. }) {
-                    eprintln!(
-                        "amqp: the store failed ({error}); requeueing deliveries, \
-                         backing off up to {} ms",
-                        ctx.opts.store_backoff_max.as_millis()
-                    );
-                }
-                tokio::time::sleep(delay.max(ctx.opts.requeue_delay)).await;
-                return requeue(ctx, &delivery).await;
+            Disposition::RetryLater(Retry::Store(error)) => {
+                return store_failed(ctx, &delivery, &error).await;
             }
         }
     }
+}
+
+/// Acks a delivery whose outcome is durable: only now may the broker forget the message.
+async fn ack_durable(ctx: &Ctx, delivery: &Delivery) {
+    // The crash window the broker crash test aims at: durable here, not yet acked, so the
+    // broker must redeliver and the store must answer a replay. With the `failpoints`
+    // feature, `FAILPOINTS=amqp.before_ack=6*off->return` aborts the process, as `kill -9`
+    // would, at the point's seventh pass. Only the `return` action aborts: `panic` would
+    // end this task alone, with the process and its connection to the broker still up.
+    #[cfg(feature = "failpoints")]
+    if fail::eval("amqp.before_ack", |_| ()).is_some() {
+        eprintln!("amqp: failpoint amqp.before_ack: aborting before the ack");
+        std::process::abort();
+    }
+    ack(ctx, delivery).await;
+}
+
+/// A store error: backs off (doubling per consecutive error), then requeues.
+async fn store_failed(ctx: &Ctx, delivery: &Delivery, error: &LedgerError) {
+    AmqpStats::inc(&ctx.opts.stats.store_errors);
+    let failures = ctx.store_failures.fetch_add(1, Ordering::Relaxed);
+    let delay = ctx
+        .opts
+        .store_backoff_min
+        .saturating_mul(1 << failures.min(16))
+        .min(ctx.opts.store_backoff_max);
+    if failures == 0 || matches!(error, LedgerError::Corrupt { .. }) {
+        eprintln!(
+            "amqp: the store failed ({error}); requeueing deliveries, \
+             backing off up to {} ms",
+            ctx.opts.store_backoff_max.as_millis()
+        );
+    }
+    tokio::time::sleep(delay.max(ctx.opts.requeue_delay)).await;
+    requeue(ctx, delivery).await;
 }
 
 async fn ack(ctx: &Ctx, delivery: &Delivery) {
@@ -1048,6 +1016,7 @@ async fn dead_letter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire;
 
     #[test]
     fn redacts_passwords() {

@@ -1,17 +1,15 @@
-//! `consume`: JSON-lines messages through the ledger's inbox, as a broker consumer would
-//! feed them. Each message is deduplicated by its `message_id` in the same commit as its
-//! effect, and by its key like any command, so a message and an HTTP retry of one key make
-//! one effect. Nothing is acknowledged silently: undecodable lines, a `message_id` seen
-//! with another payload, and a key reused for another command are quarantined with the
-//! reason, and the run goes on.
+//! `consume`: JSON-lines messages through a store's inbox, as a broker consumer would
+//! feed them, each decided by [`super::handle`]. This transport reads lines and records:
+//! undecodable lines, a `message_id` seen with another payload, and a key reused for
+//! another command are quarantined in the store with the reason, and the run goes on.
 
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use ledger::{ClientId, Ledger, LedgerError, Outcome, Submission};
+use ledger::{ClientId, LedgerError, Outcome, Store};
 
-use crate::wire;
+use super::{DeadReason, Disposition, Retry};
 
 /// The longest line read whole; longer ones are quarantined by their first bytes.
 pub const LINE_MAX_BYTES: usize = 1024 * 1024;
@@ -88,10 +86,10 @@ impl std::fmt::Display for Stopped {
 
 impl std::error::Error for Stopped {}
 
-/// Feeds every line of `input` through the inbox. `client` is used for messages that
-/// name none.
-pub fn consume(
-    ledger: &Ledger,
+/// Feeds every line of `input` through the inbox of `store`. `client` is used for
+/// messages that name none. Reads `input` blocking: run it on a runtime of its own.
+pub async fn consume(
+    store: &dyn Store,
     input: &mut dyn BufRead,
     client: &ClientId,
     progress: &ProgressBar,
@@ -119,7 +117,7 @@ pub fn consume(
             continue;
         }
         summary.messages += 1;
-        if let Err(error) = handle(ledger, line, line_no, client, &mut summary) {
+        if let Err(error) = one_line(store, line, line_no, client, &mut summary).await {
             return Err(Stopped {
                 line: line_no,
                 summary,
@@ -153,74 +151,59 @@ fn read_line(input: &mut dyn BufRead, buf: &mut Vec<u8>) -> std::io::Result<usiz
     }
 }
 
-fn handle(
-    ledger: &Ledger,
+/// Decides one line, waiting while its key is in flight elsewhere (another worker, or an
+/// HTTP request): that claim ends within its lease, so the line is not skipped. An error
+/// stops the run.
+async fn one_line(
+    store: &dyn Store,
     line: &[u8],
     line_no: u64,
     default_client: &ClientId,
     summary: &mut Summary,
 ) -> Result<(), LedgerError> {
-    let mut quarantine = |message_id: Option<String>, reason: String| -> Result<(), LedgerError> {
-        let id = ledger.quarantine(message_id.clone(), reason.clone(), line)?;
-        summary.quarantined.push(QuarantineNote {
-            line: line_no,
-            message_id,
-            reason,
-            id: Some(id),
-        });
-        Ok(())
-    };
-    let message = match wire::parse_message(line) {
-        Ok(m) => m,
-        Err((id, invalid)) => {
-            if line.len() >= LINE_MAX_BYTES {
-                return quarantine(id, "undecodable: the line is longer than 1 MiB".into());
-            }
-            return quarantine(id, format!("undecodable: {invalid}"));
-        }
-    };
-    let client = message
-        .client
-        .clone()
-        .unwrap_or_else(|| default_client.clone());
-    // A claim held by a live attempt (another worker, or an HTTP request) ends within
-    // its lease; wait for it rather than skipping the message.
-    let deadline = Instant::now() + ledger.config().lease + Duration::from_secs(1);
+    let deadline = Instant::now() + store.rules().lease + Duration::from_secs(1);
     loop {
-        let submission = ledger.deliver(
-            &message.message_id,
-            &client,
-            &message.key,
-            message.command.clone(),
-        )?;
-        match submission {
-            Submission::Executed(Outcome::Applied(_)) => summary.applied += 1,
-            Submission::Executed(Outcome::Rejected(_)) => summary.rejected += 1,
-            Submission::Replayed(_) => summary.duplicates += 1,
-            Submission::Reused => {
-                return quarantine(
-                    Some(message.message_id.as_str().to_owned()),
-                    "idempotency_key_reused: the key already holds another command; \
-                     nothing changed"
-                        .into(),
-                );
-            }
-            Submission::Quarantined { reason } => {
-                // Already kept by the ledger, in the same commit as the refusal.
+        match super::handle(store, line, default_client).await {
+            Disposition::Executed(Outcome::Applied(_)) => summary.applied += 1,
+            Disposition::Executed(Outcome::Rejected(_)) => summary.rejected += 1,
+            Disposition::Replayed(_) => summary.duplicates += 1,
+            Disposition::Quarantined { message_id, reason } => {
+                // Already kept by the store, in the same commit as the refusal.
                 summary.quarantined.push(QuarantineNote {
                     line: line_no,
-                    message_id: Some(message.message_id.as_str().to_owned()),
+                    message_id: Some(message_id),
                     reason,
                     id: None,
                 });
             }
-            Submission::InProgress { retry_after } => {
+            Disposition::DeadLetter {
+                why,
+                reason,
+                message_id,
+            } => {
+                let reason = if why == DeadReason::Undecodable && line.len() >= LINE_MAX_BYTES {
+                    "undecodable: the line is longer than 1 MiB".to_owned()
+                } else {
+                    reason
+                };
+                let id = store
+                    .quarantine(message_id.clone(), reason.clone(), line.to_vec())
+                    .await?;
+                summary.quarantined.push(QuarantineNote {
+                    line: line_no,
+                    message_id,
+                    reason,
+                    id: Some(id),
+                });
+            }
+            Disposition::RetryLater(Retry::Store(error)) => return Err(error),
+            Disposition::RetryLater(Retry::InProgress { retry_after }) => {
                 if Instant::now() >= deadline {
                     return Err(LedgerError::Unavailable(
                         "the key stayed in flight past its lease".into(),
                     ));
                 }
-                std::thread::sleep(retry_after.min(Duration::from_millis(50)));
+                tokio::time::sleep(retry_after.min(Duration::from_millis(50))).await;
                 continue;
             }
         }
