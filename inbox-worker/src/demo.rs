@@ -150,12 +150,6 @@ fn story(
     addr: &str,
     out: &mut dyn Write,
 ) -> anyhow::Result<bool> {
-    let mut ok = true;
-    let mut check = |out: &mut dyn Write, what: &str, holds: bool| -> anyhow::Result<()> {
-        writeln!(out, "  {} {what}", if holds { "ok  " } else { "FAIL" })?;
-        ok &= holds;
-        Ok(())
-    };
     writeln!(
         out,
         "Idem demo: a fresh ledger in a temporary folder, served at http://{addr} \
@@ -167,6 +161,24 @@ fn story(
          loses the answer, and retries twice with the same key."
     )?;
     let mut tally = Tally::default();
+    one_withdrawal_retried(client, out, &mut tally)?;
+    writeln!(out, "2. A storm of at-least-once deliveries:")?;
+    let seq_before = ledger.durable_seq();
+    tally.count(&client.deposit("dep-bob", "bob", 100_000)?);
+    lost_responses(client, out, &mut tally)?;
+    concurrent_duplicates(client, out, &mut tally)?;
+    broker_redeliveries(ledger, client, out, &mut tally)?;
+    let bug = same_key_other_body(client, out, &mut tally)?;
+    retried_refund(client, out, &mut tally)?;
+    summary(ledger, out, &tally, seq_before, &bug)
+}
+
+/// 1. One withdrawal, its answer lost, retried twice with the same key; then a new key.
+fn one_withdrawal_retried(
+    client: &Client,
+    out: &mut dyn Write,
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
     let r = client.deposit("dep-alice", "alice", 1000)?;
     tally.count(&r);
     let note = |r: &Reply| {
@@ -199,11 +211,11 @@ fn story(
         "   Three identical requests, one withdrawal. Another key, another withdrawal.\n"
     )?;
 
-    writeln!(out, "2. A storm of at-least-once deliveries:")?;
-    let seq_before = ledger.durable_seq();
-    tally.count(&client.deposit("dep-bob", "bob", 100_000)?);
+    Ok(())
+}
 
-    // Lost responses: every order is sent, its answer dropped, and retried twice.
+/// Every order is sent, its answer dropped, and retried twice.
+fn lost_responses(client: &Client, out: &mut dyn Write, tally: &mut Tally) -> anyhow::Result<()> {
     let mut storm = Tally::default();
     for i in 1..=20 {
         for _ in 0..3 {
@@ -217,31 +229,16 @@ fn story(
     )?;
     tally.add(storm);
 
-    // Double clicks and concurrent duplicates: the same key from several threads at once.
-    let burst = |keys: usize, copies: usize, prefix: &str| -> anyhow::Result<Tally> {
-        let mut t = Tally::default();
-        for k in 0..keys {
-            let barrier = Arc::new(Barrier::new(copies));
-            let handles: Vec<_> = (0..copies)
-                .map(|_| {
-                    let (client, barrier) = (client.clone(), barrier.clone());
-                    let key = format!("{prefix}-{k}");
-                    std::thread::spawn(move || {
-                        barrier.wait();
-                        client.withdraw(&key, "bob", 50)
-                    })
-                })
-                .collect();
-            for h in handles {
-                let r = h
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("a demo thread panicked"))??;
-                t.count(&r);
-            }
-        }
-        Ok(t)
-    };
-    let clicks = burst(10, 2, "click")?;
+    Ok(())
+}
+
+/// Double clicks and concurrent duplicates: the same key from several threads at once.
+fn concurrent_duplicates(
+    client: &Client,
+    out: &mut dyn Write,
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
+    let clicks = burst(client, 10, 2, "click")?;
     writeln!(
         out,
         "   {:<22}{:<40}-> {} executed, {} replayed, {} told 409 in flight",
@@ -252,7 +249,7 @@ fn story(
         clicks.in_flight
     )?;
     tally.add(clicks);
-    let crowd = burst(1, 32, "crowd")?;
+    let crowd = burst(client, 1, 32, "crowd")?;
     writeln!(
         out,
         "   {:<22}{:<40}-> {} executed, {} replayed, {} told 409 in flight",
@@ -264,7 +261,43 @@ fn story(
     )?;
     tally.add(crowd);
 
-    // A broker redelivers: every message three times, through the inbox.
+    Ok(())
+}
+
+/// `copies` withdrawals of 50 from bob under each of `keys` keys, the copies of a key sent
+/// from as many threads at once.
+fn burst(client: &Client, keys: usize, copies: usize, prefix: &str) -> anyhow::Result<Tally> {
+    let mut t = Tally::default();
+    for k in 0..keys {
+        let barrier = Arc::new(Barrier::new(copies));
+        let handles: Vec<_> = (0..copies)
+            .map(|_| {
+                let (client, barrier) = (client.clone(), barrier.clone());
+                let key = format!("{prefix}-{k}");
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    client.withdraw(&key, "bob", 50)
+                })
+            })
+            .collect();
+        for h in handles {
+            let r = h
+                .join()
+                .map_err(|_| anyhow::anyhow!("a demo thread panicked"))??;
+            t.count(&r);
+        }
+    }
+    Ok(t)
+}
+
+/// A broker redelivers: every message three times, through the inbox; and the same
+/// payment retried over HTTP is the same key, a replay.
+fn broker_redeliveries(
+    ledger: &Ledger,
+    client: &Client,
+    out: &mut dyn Write,
+    tally: &mut Tally,
+) -> anyhow::Result<()> {
     let mut inbox = Tally::default();
     let default = ClientId::default_client();
     for i in 1..=15 {
@@ -304,7 +337,15 @@ fn story(
     )?;
     tally.add(inbox);
 
-    // A client bug: the same key for another amount.
+    Ok(())
+}
+
+/// A client bug: the same key for another amount. Returns the refusal.
+fn same_key_other_body(
+    client: &Client,
+    out: &mut dyn Write,
+    tally: &mut Tally,
+) -> anyhow::Result<Reply> {
     let bug = client.withdraw("ord-1", "bob", 999)?;
     tally.count(&bug);
     writeln!(
@@ -316,7 +357,11 @@ fn story(
         bug.body["code"].as_str().unwrap_or("?")
     )?;
 
-    // A refund is a command like the others: retried, it refunds once.
+    Ok(bug)
+}
+
+/// A refund is a command like the others: retried, it refunds once.
+fn retried_refund(client: &Client, out: &mut dyn Write, tally: &mut Tally) -> anyhow::Result<()> {
     let mut refund = Tally::default();
     for _ in 0..3 {
         refund.count(&client.post(
@@ -332,6 +377,23 @@ fn story(
     )?;
     tally.add(refund);
 
+    Ok(())
+}
+
+/// The summary line and the checks of the storm; whether every check held.
+fn summary(
+    ledger: &Ledger,
+    out: &mut dyn Write,
+    tally: &Tally,
+    seq_before: u64,
+    bug: &Reply,
+) -> anyhow::Result<bool> {
+    let mut ok = true;
+    let mut check = |out: &mut dyn Write, what: &str, holds: bool| -> anyhow::Result<()> {
+        writeln!(out, "  {} {what}", if holds { "ok  " } else { "FAIL" })?;
+        ok &= holds;
+        Ok(())
+    };
     let effects = ledger.durable_seq() - seq_before;
     let bob = ledger
         .account(&Account::parse("bob")?)

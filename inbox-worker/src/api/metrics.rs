@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
-use ledger::{Limit, MemoryUse, Rejection, Stats, Store};
+use ledger::{CommitMetrics, Limit, MemoryUse, Rejection, Stats, Store};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 
@@ -167,88 +167,23 @@ impl Metrics {
     /// The Prometheus text exposition of the worker and its ledger; `own` is
     /// [`Metrics::memory`]'s answer.
     pub fn render(&self, stats: &Stats, ledger: &dyn Store, own: Vec<MemoryUse>) -> String {
-        let commit = ledger.commit_metrics();
-        let mut out = String::with_capacity(4096);
-        let mut counter = |name: &str, help: &str, kind: &str, rows: Vec<(String, String)>| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, value) in rows {
-                let _ = writeln!(out, "{name}{labels} {value}");
-            }
-        };
-        let one = |v: u64| vec![(String::new(), v.to_string())];
-        let names = ["deposit", "withdraw", "refund"];
-        counter(
-            "idem_commands_applied_total",
-            "Applied commands (facts), by command, since the ledger was created.",
-            "counter",
-            names
-                .iter()
-                .zip(stats.applied)
-                .map(|(n, v)| (format!("{{command=\"{n}\"}}"), v.to_string()))
-                .collect(),
-        );
-        counter(
-            "idem_commands_rejected_total",
-            "Business rejections (422, stored under the key), by code.",
-            "counter",
-            stats
-                .rejected_by_code()
-                .into_iter()
-                .map(|(r, v): (Rejection, u64)| {
-                    (format!("{{code=\"{}\"}}", r.code()), v.to_string())
-                })
-                .collect(),
-        );
-        counter(
-            "idem_replays_total",
-            "Repeats answered with the stored outcome.",
-            "counter",
-            one(stats.observed.replayed),
-        );
-        counter(
-            "idem_conflicts_total",
-            "Repeats refused: in_flight (409) and reused (422 idempotency_key_reused).",
-            "counter",
-            vec![
-                (
-                    "{kind=\"in_flight\"}".into(),
-                    stats.observed.conflicts_in_flight.to_string(),
-                ),
-                (
-                    "{kind=\"reused\"}".into(),
-                    stats.observed.conflicts_reused.to_string(),
-                ),
-            ],
-        );
-        counter(
-            "idem_keys",
-            "Keys by status.",
+        let mut text = Exposition(String::with_capacity(4096));
+        write_commands(&mut text, stats, ledger);
+        self.write_http(&mut text);
+        write_commits(&mut text, &ledger.commit_metrics());
+        text.metric(
+            "idem_up",
+            "1 while the ledger accepts writes, 0 after a storage failure.",
             "gauge",
-            vec![
-                (
-                    "{status=\"pending\"}".into(),
-                    ledger.pending().len().to_string(),
-                ),
-                ("{status=\"done\"}".into(), stats.keys_done.to_string()),
-                (
-                    "{status=\"expired\"}".into(),
-                    stats.keys_expired.to_string(),
-                ),
-            ],
+            one(u64::from(ledger.failure().is_none())),
         );
-        counter(
-            "idem_keys_expired_total",
-            "Keys whose stored response the sweeper has dropped.",
-            "counter",
-            one(stats.keys_expired),
-        );
-        counter(
-            "idem_last_seq",
-            "The sequence number of the last durable fact.",
-            "gauge",
-            one(ledger.durable_seq()),
-        );
-        counter(
+        write_memory(&mut text, stats, ledger, own);
+        text.0
+    }
+
+    /// This process's HTTP answers and connections.
+    fn write_http(&self, text: &mut Exposition) {
+        text.metric(
             "idem_http_answers_total",
             "HTTP answers of this process, by code.",
             "counter",
@@ -258,7 +193,7 @@ impl Metrics {
                 .map(|(code, v)| (format!("{{code=\"{code}\"}}"), v.to_string()))
                 .collect(),
         );
-        counter(
+        text.metric(
             "idem_open_connections",
             "Open HTTP connections.",
             "gauge",
@@ -267,13 +202,13 @@ impl Metrics {
                 self.open_connections.load(Ordering::Relaxed).to_string(),
             )],
         );
-        counter(
+        text.metric(
             "idem_connections_total",
             "HTTP connections accepted.",
             "counter",
             one(self.connections_total.load(Ordering::Relaxed)),
         );
-        counter(
+        text.metric(
             "idem_connections_closed_total",
             "HTTP connections the worker closed, by reason: a phase's timeout, room for a \
              new client (evicted), or a stop.",
@@ -288,120 +223,214 @@ impl Metrics {
                 })
                 .collect(),
         );
-        // The ledger's buckets are cumulative-free counts in microseconds; Prometheus
-        // wants cumulative counts with upper bounds in seconds.
-        let mut rows = Vec::new();
-        let mut cumulative = 0u64;
-        for (bound, n) in ledger::store::LATENCY_BUCKETS_US
+    }
+}
+
+/// Prometheus text being written: one metric at a time, its help and type first.
+struct Exposition(String);
+
+type Rows = Vec<(String, String)>;
+
+impl Exposition {
+    fn metric(&mut self, name: &str, help: &str, kind: &str, rows: Rows) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in rows {
+            let _ = writeln!(self.0, "{name}{labels} {value}");
+        }
+    }
+}
+
+/// One unlabelled value.
+fn one(v: u64) -> Rows {
+    vec![(String::new(), v.to_string())]
+}
+
+/// The ledger's commands, repeats and keys.
+fn write_commands(text: &mut Exposition, stats: &Stats, ledger: &dyn Store) {
+    let names = ["deposit", "withdraw", "refund"];
+    text.metric(
+        "idem_commands_applied_total",
+        "Applied commands (facts), by command, since the ledger was created.",
+        "counter",
+        names
             .iter()
-            .zip(commit.latency_buckets)
-        {
-            cumulative += n;
-            let le = if *bound == u64::MAX {
-                "+Inf".to_owned()
-            } else {
-                format!("{}", Seconds(*bound))
-            };
-            rows.push((format!("_bucket{{le=\"{le}\"}}"), cumulative.to_string()));
-        }
-        rows.push(("_sum".into(), format!("{}", Seconds(commit.latency_sum_us))));
-        rows.push(("_count".into(), cumulative.to_string()));
-        counter(
-            "idem_commit_latency_seconds",
-            "From a command's arrival at the committer to its durable flush.",
-            "histogram",
-            rows,
-        );
-        counter(
-            "idem_commit_batches_total",
-            "Durable batches written (one write and one flush each).",
-            "counter",
-            one(commit.batches),
-        );
-        counter(
-            "idem_commit_commands_total",
-            "Commands committed in batches; divided by batches, the mean batch size.",
-            "counter",
-            one(commit.commands),
-        );
-        counter(
-            "idem_commit_applies_total",
-            "Writes of staged commands into the store's memory (sled's apply_batch); \
-             at most one per durable batch while the decider keeps up.",
-            "counter",
-            one(commit.applies),
-        );
-        counter(
-            "idem_commit_batch_size_max",
-            "The largest batch so far.",
-            "gauge",
-            one(commit.batch_size_max),
-        );
-        counter(
-            "idem_commit_batch_size_last",
-            "The size of the last batch.",
-            "gauge",
-            one(commit.last_batch_size),
-        );
-        counter(
-            "idem_up",
-            "1 while the ledger accepts writes, 0 after a storage failure.",
-            "gauge",
-            one(u64::from(ledger.failure().is_none())),
-        );
-        let mut uses = ledger.memory();
-        uses.extend(own);
-        let by = |f: &dyn Fn(&MemoryUse) -> Option<u64>| -> Vec<(String, String)> {
-            uses.iter()
-                .filter_map(|u| {
-                    Some((
-                        format!("{{structure=\"{}\"}}", u.structure),
-                        f(u)?.to_string(),
-                    ))
-                })
-                .collect()
+            .zip(stats.applied)
+            .map(|(n, v)| (format!("{{command=\"{n}\"}}"), v.to_string()))
+            .collect(),
+    );
+    text.metric(
+        "idem_commands_rejected_total",
+        "Business rejections (422, stored under the key), by code.",
+        "counter",
+        stats
+            .rejected_by_code()
+            .into_iter()
+            .map(|(r, v): (Rejection, u64)| (format!("{{code=\"{}\"}}", r.code()), v.to_string()))
+            .collect(),
+    );
+    text.metric(
+        "idem_replays_total",
+        "Repeats answered with the stored outcome.",
+        "counter",
+        one(stats.observed.replayed),
+    );
+    text.metric(
+        "idem_conflicts_total",
+        "Repeats refused: in_flight (409) and reused (422 idempotency_key_reused).",
+        "counter",
+        vec![
+            (
+                "{kind=\"in_flight\"}".into(),
+                stats.observed.conflicts_in_flight.to_string(),
+            ),
+            (
+                "{kind=\"reused\"}".into(),
+                stats.observed.conflicts_reused.to_string(),
+            ),
+        ],
+    );
+    text.metric(
+        "idem_keys",
+        "Keys by status.",
+        "gauge",
+        vec![
+            (
+                "{status=\"pending\"}".into(),
+                ledger.pending().len().to_string(),
+            ),
+            ("{status=\"done\"}".into(), stats.keys_done.to_string()),
+            (
+                "{status=\"expired\"}".into(),
+                stats.keys_expired.to_string(),
+            ),
+        ],
+    );
+    text.metric(
+        "idem_keys_expired_total",
+        "Keys whose stored response the sweeper has dropped.",
+        "counter",
+        one(stats.keys_expired),
+    );
+    text.metric(
+        "idem_last_seq",
+        "The sequence number of the last durable fact.",
+        "gauge",
+        one(ledger.durable_seq()),
+    );
+}
+
+/// The committer: latency histogram and batches.
+fn write_commits(text: &mut Exposition, commit: &CommitMetrics) {
+    // The ledger's buckets are cumulative-free counts in microseconds; Prometheus
+    // wants cumulative counts with upper bounds in seconds.
+    let mut rows = Vec::new();
+    let mut cumulative = 0u64;
+    for (bound, n) in ledger::store::LATENCY_BUCKETS_US
+        .iter()
+        .zip(commit.latency_buckets)
+    {
+        cumulative += n;
+        let le = if *bound == u64::MAX {
+            "+Inf".to_owned()
+        } else {
+            format!("{}", Seconds(*bound))
         };
-        counter(
-            "idem_memory_entries",
-            "Entries held by each in-memory structure that grows with use.",
+        rows.push((format!("_bucket{{le=\"{le}\"}}"), cumulative.to_string()));
+    }
+    rows.push(("_sum".into(), format!("{}", Seconds(commit.latency_sum_us))));
+    rows.push(("_count".into(), cumulative.to_string()));
+    text.metric(
+        "idem_commit_latency_seconds",
+        "From a command's arrival at the committer to its durable flush.",
+        "histogram",
+        rows,
+    );
+    text.metric(
+        "idem_commit_batches_total",
+        "Durable batches written (one write and one flush each).",
+        "counter",
+        one(commit.batches),
+    );
+    text.metric(
+        "idem_commit_commands_total",
+        "Commands committed in batches; divided by batches, the mean batch size.",
+        "counter",
+        one(commit.commands),
+    );
+    text.metric(
+        "idem_commit_applies_total",
+        "Writes of staged commands into the store's memory (sled's apply_batch); \
+         at most one per durable batch while the decider keeps up.",
+        "counter",
+        one(commit.applies),
+    );
+    text.metric(
+        "idem_commit_batch_size_max",
+        "The largest batch so far.",
+        "gauge",
+        one(commit.batch_size_max),
+    );
+    text.metric(
+        "idem_commit_batch_size_last",
+        "The size of the last batch.",
+        "gauge",
+        one(commit.last_batch_size),
+    );
+}
+
+/// Each structure that grows with use, and the bound of the whole.
+fn write_memory(text: &mut Exposition, stats: &Stats, ledger: &dyn Store, own: Vec<MemoryUse>) {
+    let mut uses = ledger.memory();
+    uses.extend(own);
+    let by = |f: &dyn Fn(&MemoryUse) -> Option<u64>| -> Vec<(String, String)> {
+        uses.iter()
+            .filter_map(|u| {
+                Some((
+                    format!("{{structure=\"{}\"}}", u.structure),
+                    f(u)?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    text.metric(
+        "idem_memory_entries",
+        "Entries held by each in-memory structure that grows with use.",
+        "gauge",
+        by(&|u| (!matches!(u.limit, Limit::Bytes(_))).then_some(u.entries)),
+    );
+    text.metric(
+        "idem_memory_entries_max",
+        "The most entries a structure keeps; past it, it forgets.",
+        "gauge",
+        by(&|u| match u.limit {
+            Limit::Entries(n) => Some(n),
+            _ => None,
+        }),
+    );
+    text.metric(
+        "idem_memory_estimated_bytes",
+        "Estimated bytes each structure holds now (the page cache: its setting).",
+        "gauge",
+        by(&|u| Some(u.bytes)),
+    );
+    text.metric(
+        "idem_memory_bound_bytes",
+        "What the worker's memory stays under at its settings, its keys and accounts \
+         (docs/operations.md, \"Memory\").",
+        "gauge",
+        one(memory_bound(
+            &uses,
+            stats.keys_done + stats.keys_expired,
+            stats.last_seq,
+        )),
+    );
+    if let Some(rss) = resident_bytes() {
+        text.metric(
+            "idem_process_resident_bytes",
+            "The worker's resident memory, as the kernel counts it.",
             "gauge",
-            by(&|u| (!matches!(u.limit, Limit::Bytes(_))).then_some(u.entries)),
+            one(rss),
         );
-        counter(
-            "idem_memory_entries_max",
-            "The most entries a structure keeps; past it, it forgets.",
-            "gauge",
-            by(&|u| match u.limit {
-                Limit::Entries(n) => Some(n),
-                _ => None,
-            }),
-        );
-        counter(
-            "idem_memory_estimated_bytes",
-            "Estimated bytes each structure holds now (the page cache: its setting).",
-            "gauge",
-            by(&|u| Some(u.bytes)),
-        );
-        counter(
-            "idem_memory_bound_bytes",
-            "What the worker's memory stays under at its settings, its keys and accounts \
-             (docs/operations.md, \"Memory\").",
-            "gauge",
-            one(memory_bound(
-                &uses,
-                stats.keys_done + stats.keys_expired,
-                stats.last_seq,
-            )),
-        );
-        if let Some(rss) = resident_bytes() {
-            counter(
-                "idem_process_resident_bytes",
-                "The worker's resident memory, as the kernel counts it.",
-                "gauge",
-                one(rss),
-            );
-        }
-        out
     }
 }
 
