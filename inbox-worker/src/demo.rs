@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use ledger::{Account, ClientId, Command, Currency, Key, Ledger, MessageId, Submission};
+use ledger::{Account, ClientId, Command, Currency, Key, MessageId, SledStore, Submission};
 use serde_json::Value;
 
 use crate::api::{ApiOptions, serve};
@@ -99,9 +99,9 @@ impl Tally {
 pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
     let temp = tempfile::Builder::new().prefix("idem-demo-").tempdir()?;
     let path = db.map_or_else(|| temp.path().join("ledger"), Path::to_path_buf);
-    let mut config = ledger::Config::new(&path);
+    let mut config = ledger::SledConfig::new(&path);
     config.cache_capacity_bytes = 16 * 1024 * 1024;
-    let (ledger, _) = Ledger::open(config).context("opening the demo ledger")?;
+    let (ledger, _) = SledStore::open(config).context("opening the demo ledger")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -145,7 +145,7 @@ pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
 }
 
 fn story(
-    ledger: &Ledger,
+    ledger: &SledStore,
     client: &Client,
     addr: &str,
     out: &mut dyn Write,
@@ -293,7 +293,7 @@ fn burst(client: &Client, keys: usize, copies: usize, prefix: &str) -> anyhow::R
 /// A broker redelivers: every message three times, through the inbox; and the same
 /// payment retried over HTTP is the same key, a replay.
 fn broker_redeliveries(
-    ledger: &Ledger,
+    ledger: &SledStore,
     client: &Client,
     out: &mut dyn Write,
     tally: &mut Tally,
@@ -382,7 +382,7 @@ fn retried_refund(client: &Client, out: &mut dyn Write, tally: &mut Tally) -> an
 
 /// The summary line and the checks of the storm; whether every check held.
 fn summary(
-    ledger: &Ledger,
+    ledger: &SledStore,
     out: &mut dyn Write,
     tally: &Tally,
     seq_before: u64,

@@ -7,8 +7,8 @@
 //! # async fn f() -> anyhow::Result<()> {
 //! use std::sync::Arc;
 //! use ledger::Store as _;
-//! // Any store: the sled folder here, or ledger::pg::PgStore for PostgreSQL.
-//! let (ledger, _) = ledger::Ledger::open(ledger::Config::new("idem-demo"))?;
+//! // Any store: the sled folder here, or ledger::PgStore for PostgreSQL.
+//! let (ledger, _) = ledger::SledStore::open(ledger::SledConfig::new("idem-demo"))?;
 //! let store: Arc<dyn ledger::Store> = Arc::new(ledger);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let addr = listener.local_addr()?;

@@ -13,7 +13,7 @@ use inbox_worker::api::{ApiOptions, ServeConfig};
 use inbox_worker::client::{self, SubmitOptions};
 use inbox_worker::wire::parse_duration;
 use inbox_worker::{demo, inbox};
-use ledger::{Account, Amount, ClientId, Command, Currency, Key, Ledger, LedgerError};
+use ledger::{Account, Amount, ClientId, Command, Currency, Key, LedgerError, SledStore};
 
 /// mimalloc instead of glibc's malloc: the committer thread allocates what the HTTP
 /// threads free, and glibc spends a large share of the worker's CPU on that traffic
@@ -619,10 +619,10 @@ fn consume(args: ConsumeArgs) -> anyhow::Result<u8> {
 
 fn open(
     db: &Path,
-    adjust: impl FnOnce(ledger::Config) -> ledger::Config,
-) -> anyhow::Result<Ledger> {
-    let config = adjust(ledger::Config::new(db));
-    match Ledger::open(config) {
+    adjust: impl FnOnce(ledger::SledConfig) -> ledger::SledConfig,
+) -> anyhow::Result<SledStore> {
+    let config = adjust(ledger::SledConfig::new(db));
+    match SledStore::open(config) {
         Ok((ledger, report)) => {
             eprintln!("ledger {}: {report}", db.display());
             Ok(ledger)
@@ -659,7 +659,7 @@ fn verify(db: &Path) -> anyhow::Result<u8> {
         anyhow::bail!("there is no ledger at {}", db.display());
     }
     // Nothing else runs on the ledger here: both cores may read it.
-    let ledger = open(db, |c| ledger::Config {
+    let ledger = open(db, |c| ledger::SledConfig {
         verify_in_parallel: true,
         ..c
     })?;

@@ -19,7 +19,7 @@ fn withdraw(account: &Account) -> Command {
 }
 
 fn submit_all(
-    ledger: &Ledger,
+    ledger: &SledStore,
     accounts: &[Account],
     submitters: u64,
     iters: u64,
@@ -53,7 +53,7 @@ fn submit_all(
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
+    let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     let client = ClientId::default_client();
     let accounts: Vec<Account> = (0..100)
         .map(|i| Account::parse(&format!("acct{i}")).unwrap())

@@ -32,7 +32,7 @@ fn withdraw(account: &Account) -> Command {
     }
 }
 
-fn seed_accounts(ledger: &Ledger, n: usize) -> Vec<Account> {
+fn seed_accounts(ledger: &SledStore, n: usize) -> Vec<Account> {
     let client = ClientId::default_client();
     (0..n)
         .map(|i| {
@@ -69,7 +69,13 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
     sorted[i]
 }
 
-fn run(ledger: &Ledger, accounts: &[Account], submitters: usize, replay: bool, secs: u64) -> Run {
+fn run(
+    ledger: &SledStore,
+    accounts: &[Account],
+    submitters: usize,
+    replay: bool,
+    secs: u64,
+) -> Run {
     let stop = Arc::new(AtomicBool::new(false));
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
@@ -129,7 +135,7 @@ fn run(ledger: &Ledger, accounts: &[Account], submitters: usize, replay: bool, s
 /// `submit_with` callbacks: how an async caller (the worker's HTTP handlers) uses the
 /// ledger, without one OS thread parked per request.
 fn run_async(
-    ledger: &Ledger,
+    ledger: &SledStore,
     accounts: &[Account],
     submitters: usize,
     replay: bool,
@@ -199,9 +205,9 @@ fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
     let secs = if quick { 1 } else { env("IDEM_BENCH_SECS", 3) };
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().join("l"));
+    let mut config = SledConfig::new(dir.path().join("l"));
     config.fsync = env("IDEM_BENCH_FSYNC", 1) == 1;
-    let (ledger, _) = Ledger::open(config).unwrap();
+    let (ledger, _) = SledStore::open(config).unwrap();
     let accounts = seed_accounts(&ledger, 100);
     let client = ClientId::default_client();
     for n in 0..10_000u64 {
@@ -286,7 +292,7 @@ fn main() {
     };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big");
-    let (ledger, _) = Ledger::open(Config::new(&path)).unwrap();
+    let (ledger, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let accounts = seed_accounts(&ledger, 1000);
     let fill = Instant::now();
     let next = Arc::new(AtomicU64::new(0));
@@ -330,7 +336,7 @@ fn main() {
     let mut opens = Vec::new();
     for _ in 0..3 {
         let t = Instant::now();
-        let (l, report) = Ledger::open(Config::new(&path)).unwrap();
+        let (l, report) = SledStore::open(SledConfig::new(&path)).unwrap();
         opens.push(t.elapsed().as_millis());
         assert_eq!(report.facts, n);
         drop(l);
@@ -340,9 +346,9 @@ fn main() {
 
     // Verify while commits go on: its speed, and how long a commit waits meanwhile,
     // beside the same prober with no verify running, in the same run.
-    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let account = accounts[0].clone();
-    let probe = move |l: &Ledger, tag: &str, until: &dyn Fn() -> bool| {
+    let probe = move |l: &SledStore, tag: &str, until: &dyn Fn() -> bool| {
         let client = ClientId::default_client();
         let mut worst = Duration::ZERO;
         let mut count = 0u64;
@@ -383,9 +389,9 @@ fn main() {
 
     // The offline `verify` command: nothing else running, the key records read on a
     // second thread.
-    let (l, _) = Ledger::open(Config {
+    let (l, _) = SledStore::open(SledConfig {
         verify_in_parallel: true,
-        ..Config::new(&path)
+        ..SledConfig::new(&path)
     })
     .unwrap();
     let t = Instant::now();
@@ -404,7 +410,7 @@ fn main() {
     // reading nothing but the bytes, on one thread and on two (as verify splits them).
     let db = sled::Config::new()
         .path(&path)
-        .cache_capacity(Config::new(&path).cache_capacity_bytes)
+        .cache_capacity(SledConfig::new(&path).cache_capacity_bytes)
         .mode(sled::Mode::HighThroughput)
         .open()
         .unwrap();

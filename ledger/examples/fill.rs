@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use ledger::{Account, Amount, ClientId, Command, Config, Currency, Key, Ledger};
+use ledger::{Account, Amount, ClientId, Command, Currency, Key, SledConfig, SledStore};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -18,7 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .transpose()?
         .unwrap_or(1_000_000);
     let accounts: u64 = args.next().map(|v| v.parse()).transpose()?.unwrap_or(1_000);
-    let (ledger, report) = Ledger::open(Config::new(&path))?;
+    let (ledger, report) = SledStore::open(SledConfig::new(&path))?;
     println!("{report}");
     let rub = Currency::parse("RUB")?;
     let started = Instant::now();

@@ -1,20 +1,20 @@
 //! Idem's ledger: money commands recorded exactly once as facts keyed by the client's
 //! idempotency key, on sled or PostgreSQL. See ARCHITECTURE.md for the map and the invariants.
+//!
+//! The pure modules (`domain`, `core`, `fact`, `projection`, `clock`) know no storage;
+//! [`store`] holds the [`Store`] interface with its vocabulary and its two implementations,
+//! [`SledStore`] and [`PgStore`], each depending on the interface and the pure modules only.
 
-pub mod backend;
 pub mod clock;
 pub mod core;
 pub mod domain;
 pub mod fact;
 pub mod memory;
-pub mod pg;
 pub mod projection;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod verify;
 
-pub use backend::{KeyQuery, Rules, Store};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use domain::{
     Account, Amount, ClientId, Command, Currency, Fingerprint, InvalidInput, Key, MessageId,
@@ -22,10 +22,11 @@ pub use domain::{
 };
 pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
 pub use memory::{Limit, MemoryUse};
-pub use pg::{PgOptions, PgStore};
 pub use projection::{Balances, Observed, Stats};
+pub use store::pg::{PgConfig, PgStore};
+pub use store::sled::{PauseGuard, SledConfig, SledStore};
+pub use store::verify::{VerifyReport, Violation};
 pub use store::{
-    CommitMetrics, Config, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyStatus, Ledger, LedgerError,
-    OpenReport, PauseGuard, Quarantined, Submission,
+    CommitMetrics, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyQuery, KeyStatus, LedgerError, OpenReport,
+    Quarantined, Rules, Store, Submission,
 };
-pub use verify::{VerifyReport, Violation};

@@ -2,8 +2,11 @@
 //! grows with use, how many entries it holds, its bound and its estimated size, so that
 //! `/metrics` can show where a worker's memory goes and what caps it.
 
-use crate::domain::{ClientId, Command, Key};
+use std::collections::BTreeMap;
+
+use crate::domain::{Account, ClientId, Command, Currency, Key};
 use crate::fact::Outcome;
+use crate::projection::Balances;
 
 /// One in-memory structure and its bound.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +95,37 @@ pub(crate) fn outcome_heap(outcome: &Outcome) -> u64 {
                 + heap_str(r.account.as_str().len())
         }
         Outcome::Rejected(r) => heap_str(r.key.as_str().len()) + command_heap(&r.command),
+    }
+}
+
+/// An empty tally of one structure, to be counted up.
+pub(crate) fn use_of(structure: &'static str, limit: Limit, bound_bytes: Option<u64>) -> MemoryUse {
+    MemoryUse {
+        structure,
+        entries: 0,
+        limit,
+        bytes: 0,
+        bound_bytes,
+    }
+}
+
+/// The balances every store keeps in memory: one entry per (account, currency), in
+/// B-trees whose nodes hold eleven entries and are about two thirds full.
+pub(crate) fn balances_use(balances: &Balances) -> MemoryUse {
+    let mut entries = 0;
+    let mut bytes = 0;
+    for (account, by_currency) in &balances.accounts {
+        entries += by_currency.len() as u64;
+        bytes += (std::mem::size_of::<(Account, BTreeMap<Currency, i128>)>() as u64) * 3 / 2
+            + heap_str(account.as_str().len())
+            + (std::mem::size_of::<(Currency, i128)>() as u64) * 3 / 2 * by_currency.len() as u64;
+    }
+    MemoryUse {
+        structure: "balances",
+        entries,
+        limit: Limit::Accounts,
+        bytes,
+        bound_bytes: None,
     }
 }
 

@@ -6,9 +6,9 @@ use std::sync::{Arc, Barrier};
 use ledger::*;
 
 /// A fresh ledger where alice holds 1,000 RUB.
-fn open_with_alice() -> (tempfile::TempDir, Ledger, ClientId, Account) {
+fn open_with_alice() -> (tempfile::TempDir, SledStore, ClientId, Account) {
     let dir = tempfile::tempdir().unwrap();
-    let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
+    let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     let client = ClientId::default_client();
     let alice = Account::parse("alice").unwrap();
     let deposit = Command::Deposit {
@@ -135,9 +135,9 @@ fn deposit(units: u64) -> Command {
 }
 
 /// A ledger whose key `k1` of client `shop` is done with `deposit(100)`.
-fn done_k1() -> (tempfile::TempDir, Ledger, ClientId, Outcome) {
+fn done_k1() -> (tempfile::TempDir, SledStore, ClientId, Outcome) {
     let dir = tempfile::tempdir().unwrap();
-    let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
+    let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     let client = ClientId::parse("shop").unwrap();
     let first = match ledger.submit(&client, &k("k1"), deposit(100)).unwrap() {
         Submission::Executed(o) => o,
@@ -155,7 +155,7 @@ type Later = std::sync::mpsc::Receiver<Result<Submission, LedgerError>>;
 /// Submits without waiting, as a message when `message` names one; the answer arrives
 /// on the returned channel.
 fn submit_later(
-    ledger: &Ledger,
+    ledger: &SledStore,
     client: &ClientId,
     key: &str,
     command: Command,
@@ -176,7 +176,7 @@ fn submit_later(
 
 /// Delivers a message without waiting; the answer arrives on the returned channel.
 fn deliver_later(
-    ledger: &Ledger,
+    ledger: &SledStore,
     client: &ClientId,
     key: &str,
     command: Command,
@@ -287,7 +287,7 @@ fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
 fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
     let (dir, ledger, client, first) = done_k1();
     drop(ledger);
-    let (ledger, _) = Ledger::open(Config::new(dir.path().join("l"))).unwrap();
+    let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     // Hold the committer so that the first replay's claim stays live.
     let pause = ledger.pause();
     let on_its_way = submit_later(&ledger, &client, "k1", deposit(100), None);

@@ -62,22 +62,22 @@ impl Env {
 
     /// [`Env::open`], with the sled store's own handle too, for what only it offers
     /// (holding its committer); `None` on PostgreSQL.
-    async fn open_with_handle(&self) -> (Arc<dyn Store>, Option<Ledger>) {
+    async fn open_with_handle(&self) -> (Arc<dyn Store>, Option<SledStore>) {
         let rules = self.rules();
         match &self.backing {
             Backing::Sled(dir) => {
-                let config = Config::new(dir.path().join("ledger"))
+                let config = SledConfig::new(dir.path().join("ledger"))
                     .clock(rules.clock)
                     .retention(rules.retention)
                     .lease(rules.lease);
-                let (ledger, _) = tokio::task::spawn_blocking(move || Ledger::open(config))
+                let (ledger, _) = tokio::task::spawn_blocking(move || SledStore::open(config))
                     .await
                     .unwrap()
                     .unwrap();
                 (Arc::new(ledger.clone()), Some(ledger))
             }
             Backing::Pg(db) => {
-                let (store, _) = PgStore::open(&db.url, rules, PgOptions::default())
+                let (store, _) = PgStore::open(&db.url, rules, PgConfig::default())
                     .await
                     .unwrap();
                 (Arc::new(store), None)
@@ -1026,7 +1026,7 @@ async fn a_refund_of_a_withdrawal_in_flight_is_in_progress_until_it_is_decided(e
 /// sled: the committer is held while the refund "r-1" is queued and then the withdrawal
 /// "w-1" is claimed and queued behind it, so the refund is decided while the withdrawal is
 /// claimed and not yet decided. Returns the refund's answer, then the withdrawal's.
-async fn refund_held_on_sled(ledger: &Ledger) -> (Submission, Submission) {
+async fn refund_held_on_sled(ledger: &SledStore) -> (Submission, Submission) {
     let queue = |k: &str, command: Command| {
         let (tx, rx) = tokio::sync::oneshot::channel();
         ledger.submit_with(
@@ -1116,7 +1116,7 @@ mod postgres_only {
         let opens: Vec<_> = (0..6)
             .map(|_| {
                 let (url, rules) = (db.url.clone(), env.rules());
-                tokio::spawn(async move { PgStore::open(&url, rules, PgOptions::default()).await })
+                tokio::spawn(async move { PgStore::open(&url, rules, PgConfig::default()).await })
             })
             .collect();
         let mut fresh = 0;
@@ -1444,7 +1444,7 @@ mod postgres_only {
             lease: Duration::from_millis(500),
             ..env.rules()
         };
-        let (store, _) = PgStore::open(&db.url, rules, PgOptions::default().pool_size(1))
+        let (store, _) = PgStore::open(&db.url, rules, PgConfig::default().pool_size(1))
             .await
             .unwrap();
         let store: Arc<dyn Store> = Arc::new(store);
@@ -1479,7 +1479,7 @@ mod postgres_only {
         let opened = PgStore::open(
             "postgres://postgres@127.0.0.1:1/postgres",
             rules,
-            PgOptions::default(),
+            PgConfig::default(),
         )
         .await;
         match opened {

@@ -13,7 +13,7 @@ const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 struct Harness {
     dir: tempfile::TempDir,
     clock: ManualClock,
-    ledger: Option<Ledger>,
+    ledger: Option<SledStore>,
     pause: Option<PauseGuard>,
     held: Vec<(
         String,
@@ -36,20 +36,20 @@ impl Harness {
         h
     }
 
-    fn config(&self) -> Config {
-        Config::new(self.dir.path().join("ledger"))
+    fn config(&self) -> SledConfig {
+        SledConfig::new(self.dir.path().join("ledger"))
             .clock(std::sync::Arc::new(self.clock.clone()))
             .retention(Duration::from_secs(24 * 3600))
             .lease(Duration::from_secs(10))
     }
 
     fn open(&mut self) -> OpenReport {
-        let (l, report) = Ledger::open(self.config()).unwrap();
+        let (l, report) = SledStore::open(self.config()).unwrap();
         self.ledger = Some(l);
         report
     }
 
-    fn ledger(&self) -> &Ledger {
+    fn ledger(&self) -> &SledStore {
         self.ledger.as_ref().unwrap()
     }
 }

@@ -15,7 +15,7 @@ fn deposit(n: u32) -> Command {
     }
 }
 
-fn submit_many(ledger: &Ledger, keys: Vec<String>) {
+fn submit_many(ledger: &SledStore, keys: Vec<String>) {
     let keys = Arc::new(keys);
     let threads: Vec<_> = (0..16)
         .map(|t| {
@@ -44,10 +44,10 @@ fn submit_many(ledger: &Ledger, keys: Vec<String>) {
 fn filtered_pages_stop_early_and_following_next_finds_everything() {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(Timestamp(1_767_225_600_000));
-    let mut config = Config::new(dir.path().join("l")).clock(Arc::new(clock.clone()));
+    let mut config = SledConfig::new(dir.path().join("l")).clock(Arc::new(clock.clone()));
     // Durability is not under test here; speed is welcome.
     config.fsync = false;
-    let (ledger, _) = Ledger::open(config).unwrap();
+    let (ledger, _) = SledStore::open(config).unwrap();
     // 100 keys that will expire; they sort after everything else ("z-").
     submit_many(&ledger, (0..100).map(|i| format!("z-{i:03}")).collect());
     clock.advance_ms(25 * 3_600_000);

@@ -234,13 +234,13 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(Timestamp(1_767_225_600_000));
     let config = || {
-        Config::new(dir.path().join("l"))
+        SledConfig::new(dir.path().join("l"))
             .clock(Arc::new(clock.clone()))
             .retention(Duration::from_secs(
                 u64::try_from(RETENTION_H).unwrap() * 3600,
             ))
     };
-    let (mut ledger, _) = Ledger::open(config()).unwrap();
+    let (mut ledger, _) = SledStore::open(config()).unwrap();
     let mut model = Model::default();
     let mut sent: Vec<(String, String, Command)> = Vec::new();
     for step in steps {
@@ -288,7 +288,7 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             Step::Restart => {
                 ledger.shutdown();
                 drop(ledger);
-                let (l, report) = Ledger::open(config()).unwrap();
+                let (l, report) = SledStore::open(config()).unwrap();
                 prop_assert_eq!(report.facts, model.seq);
                 ledger = l;
             }

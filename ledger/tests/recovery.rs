@@ -10,7 +10,7 @@ use ledger::*;
 
 /// Submits a deposit (or a withdrawal) of `amount` RUB on alice's account under `key`
 /// for the default client, and expects an answer.
-fn submit(l: &Ledger, key: &str, deposit: bool, amount: u64) {
+fn submit(l: &SledStore, key: &str, deposit: bool, amount: u64) {
     let (account, currency) = (
         Account::parse("alice").unwrap(),
         Currency::parse("RUB").unwrap(),
@@ -38,7 +38,7 @@ fn submit(l: &Ledger, key: &str, deposit: bool, amount: u64) {
 }
 
 fn fill(path: &Path, n: u64) {
-    let (l, _) = Ledger::open(Config::new(path)).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(path)).unwrap();
     submit(&l, "d", true, 1_000_000);
     for i in 0..n {
         submit(&l, &format!("w{i}"), false, 1);
@@ -56,7 +56,7 @@ fn tamper(path: &Path, f: impl FnOnce(&sled::Tree)) {
 
 fn refuses(path: &Path, expect: &str) {
     let before = listing(path);
-    let err = Ledger::open(Config::new(path)).unwrap_err();
+    let err = SledStore::open(SledConfig::new(path)).unwrap_err();
     let text = err.to_string();
     assert!(matches!(err, LedgerError::Corrupt { .. }), "{text}");
     assert!(text.contains(expect), "{text}");
@@ -139,7 +139,7 @@ fn verify_reports_tampered_key_records_by_name() {
         v[at] ^= 0xff; // w4 now remembers another command
         t.insert(k, v).unwrap();
     });
-    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let report = l.verify().unwrap();
     let text = report.to_string();
     assert_eq!(report.violations.len(), 3, "{text}");
@@ -168,7 +168,7 @@ fn verify_reports_a_key_with_two_facts() {
         let w1 = t.get(fact_key(3)).unwrap().unwrap();
         t.insert(fact_key(5), w1).unwrap();
     });
-    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let report = l.verify().unwrap();
     let text = report.to_string();
     for expect in [
@@ -196,7 +196,7 @@ fn verify_reports_a_tampered_middle_precisely() {
         k.extend_from_slice(b"RUB");
         t.insert(k, 10i128.to_be_bytes().to_vec()).unwrap();
     });
-    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let report = l.verify().unwrap();
     let text = report.to_string();
     assert_eq!(report.violations.len(), 2, "{text}");
@@ -226,7 +226,7 @@ fn a_torn_tail_opens_consistent_or_refuses_clearly() {
             .unwrap();
         f.set_len(len.saturating_sub(cut)).unwrap();
         drop(f);
-        match Ledger::open(Config::new(&path)) {
+        match SledStore::open(SledConfig::new(&path)) {
             Ok((l, report)) => {
                 let v = l.verify().unwrap();
                 assert!(v.ok(), "cut {cut}: opened but inconsistent: {v}\n{report}");
@@ -253,13 +253,13 @@ fn the_folder_reopens_as_soon_as_the_last_handle_is_dropped() {
     let path = dir.path().join("ledger");
     let rounds: u64 = 150;
     for i in 0..rounds {
-        let (l, report) = Ledger::open(Config::new(&path))
+        let (l, report) = SledStore::open(SledConfig::new(&path))
             .unwrap_or_else(|e| panic!("reopen {i} after a drop: {e}"));
         assert_eq!(report.facts, i);
         submit(&l, &format!("d{i}"), true, 1);
         drop(l);
     }
-    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let alice = Account::parse("alice").unwrap();
     let rub = Currency::parse("RUB").unwrap();
     let balance = l.account(&alice).and_then(|b| b.get(&rub).copied());
@@ -273,9 +273,9 @@ fn a_folder_in_use_is_refused_at_once_and_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger");
     fill(&path, 1);
-    let (l, _) = Ledger::open(Config::new(&path)).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let started = std::time::Instant::now();
-    let err = Ledger::open(Config::new(&path)).unwrap_err();
+    let err = SledStore::open(SledConfig::new(&path)).unwrap_err();
     assert!(matches!(err, LedgerError::Locked { .. }), "{err}");
     assert!(
         err.to_string().contains("in use by another process"),
@@ -285,7 +285,7 @@ fn a_folder_in_use_is_refused_at_once_and_stays_usable() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     assert_eq!(l.stats().last_seq, 2);
     drop(l);
-    let (again, report) = Ledger::open(Config::new(&path)).unwrap();
+    let (again, report) = SledStore::open(SledConfig::new(&path)).unwrap();
     assert_eq!(report.facts, 2);
     drop(again);
 }

@@ -160,8 +160,8 @@ pub fn check_after_crash(
     path: &std::path::Path,
     acked: &std::collections::HashMap<String, String>,
 ) -> Result<ledger::OpenReport, String> {
-    use ledger::{ClientId, Config, Ledger, fact::json};
-    let (ledger, report) = Ledger::open(Config::new(path)).map_err(|e| e.to_string())?;
+    use ledger::{ClientId, SledConfig, SledStore, fact::json};
+    let (ledger, report) = SledStore::open(SledConfig::new(path)).map_err(|e| e.to_string())?;
     let client = ClientId::default_client();
     for (key, body) in acked {
         let k = ledger::Key::parse(key).map_err(|e| e.to_string())?;

@@ -21,7 +21,7 @@ fn withdrawal(key: &str) -> (Key, Command) {
 }
 
 /// Waits until `n` keys are in flight (claimed, not yet answered).
-fn wait_pending(l: &Ledger, n: usize) {
+fn wait_pending(l: &SledStore, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while l.pending().len() < n {
         assert!(Instant::now() < deadline, "{n} keys never got in flight");
@@ -33,7 +33,7 @@ fn wait_pending(l: &Ledger, n: usize) {
 fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
     let scenario = fail::FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
-    let (l, _) = Ledger::open(Config::new(dir.path().join("ledger"))).unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
     let client = ClientId::default_client();
     l.submit(
         &client,

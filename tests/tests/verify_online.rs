@@ -13,7 +13,7 @@ fn rub() -> Currency {
     Currency::parse("RUB").unwrap()
 }
 
-fn submit(l: &Ledger, key: &str, command: Command) -> Submission {
+fn submit(l: &SledStore, key: &str, command: Command) -> Submission {
     l.submit(
         &ClientId::default_client(),
         &Key::parse(key).unwrap(),
@@ -50,8 +50,8 @@ fn commits_refunds_and_sweeps_go_on_while_verify_reads_the_log() {
     let scenario = fail::FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(Timestamp(1_800_000_000_000));
-    let config = Config::new(dir.path().join("ledger")).clock(Arc::new(clock.clone()));
-    let (l, _) = Ledger::open(config).unwrap();
+    let config = SledConfig::new(dir.path().join("ledger")).clock(Arc::new(clock.clone()));
+    let (l, _) = SledStore::open(config).unwrap();
     submit(&l, "d-alice", deposit("alice", 1_000));
     submit(&l, "d-bob", deposit("bob", 500));
     for i in 0..200 {

@@ -24,7 +24,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
-use ledger::{Ledger, Store};
+use ledger::{SledStore, Store};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, watch};
 
@@ -116,12 +116,12 @@ pub async fn open_store(config: &ServeConfig) -> anyhow::Result<Arc<dyn Store>> 
             lease: config.lease,
             clock: Arc::new(ledger::SystemClock),
         };
-        let options = ledger::pg::PgOptions {
+        let options = ledger::PgConfig {
             in_flight_wait: config.api.in_flight_wait,
             pool_size: config.pg_pool,
-            ..ledger::pg::PgOptions::default()
+            ..ledger::PgConfig::default()
         };
-        let (store, report) = ledger::pg::PgStore::open(url, rules, options)
+        let (store, report) = ledger::PgStore::open(url, rules, options)
             .await
             .context("opening the PostgreSQL store")?;
         let store: Arc<dyn Store> = Arc::new(store);
@@ -129,7 +129,7 @@ pub async fn open_store(config: &ServeConfig) -> anyhow::Result<Arc<dyn Store>> 
         return Ok(store);
     }
     let ledger_config = config.ledger_config();
-    let (ledger, report) = tokio::task::spawn_blocking(move || Ledger::open(ledger_config))
+    let (ledger, report) = tokio::task::spawn_blocking(move || SledStore::open(ledger_config))
         .await
         .context("opening the ledger")??;
     eprintln!("ledger {}: {report}", config.db.display());

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledger::{ClientId, Config};
+use ledger::{ClientId, SledConfig};
 
 use super::listener::Limits;
 use crate::inbox::amqp::{AmqpOptions, AmqpStats};
@@ -76,8 +76,8 @@ impl ServeConfig {
         }
     }
 
-    pub fn ledger_config(&self) -> Config {
-        let mut c = Config::new(&self.db)
+    pub fn ledger_config(&self) -> SledConfig {
+        let mut c = SledConfig::new(&self.db)
             .retention(self.retention)
             .lease(self.lease);
         c.cache_capacity_bytes = self.cache_bytes;

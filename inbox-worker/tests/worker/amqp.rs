@@ -138,7 +138,7 @@ async fn open_store(test: &str) -> Option<(PgTestDb, Arc<dyn Store>)> {
         lease: Duration::from_secs(10),
         clock: Arc::new(ledger::SystemClock),
     };
-    let (store, _) = ledger::PgStore::open(&db.url, rules, ledger::PgOptions::default())
+    let (store, _) = ledger::PgStore::open(&db.url, rules, ledger::PgConfig::default())
         .await
         .unwrap_or_else(|e| panic!("{test}: opening the store on {}: {e}", db.name));
     Some((db, Arc::new(store)))

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ledger::testing::{assert_nothing_removed, listing};
-use ledger::{Config, Ledger, ManualClock, Store, Timestamp};
+use ledger::{ManualClock, SledConfig, SledStore, Store, Timestamp};
 
 use crate::support::{Http, Worker, bin, eventually, scratch};
 
@@ -131,8 +131,12 @@ struct InProcess {
 
 impl InProcess {
     fn start(db: &Path, clock: ManualClock, retention: Duration) -> InProcess {
-        let (ledger, _) =
-            Ledger::open(Config::new(db).clock(Arc::new(clock)).retention(retention)).unwrap();
+        let (ledger, _) = SledStore::open(
+            SledConfig::new(db)
+                .clock(Arc::new(clock))
+                .retention(retention),
+        )
+        .unwrap();
         let store: Arc<dyn Store> = Arc::new(ledger);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

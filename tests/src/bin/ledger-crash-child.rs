@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use ledger::{ClientId, Config, Ledger, Submission, fact::json};
+use ledger::{ClientId, SledConfig, SledStore, Submission, fact::json};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn main() {
@@ -27,7 +27,7 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let (ledger, report) = match Ledger::open(Config::new(path)) {
+    let (ledger, report) = match SledStore::open(SledConfig::new(path)) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("open failed: {e}");

@@ -263,7 +263,7 @@ impl SimStore {
     }
 
     /// Under a live claim, what the key itself holds decides, as in
-    /// `Ledger::submit_with`: a message → in flight (its id is checked first, by the
+    /// `SledStore::submit_with`: a message → in flight (its id is checked first, by the
     /// committer); done with the arriving command and durable → its replay; done with it
     /// but not flushed → in flight; done with another command → reused; nothing yet →
     /// `None` (the claim decides).
@@ -303,7 +303,7 @@ impl SimStore {
         }
     }
 
-    /// `Ledger::submit_with`: answers at once (a conflict, a replay from the cache or the
+    /// `SledStore::submit_with`: answers at once (a conflict, a replay from the cache or the
     /// tree, or down), or claims the key, queues the command and returns `None`; the answer
     /// then comes out of a later [`SimStore::sync`] under `ticket`.
     pub fn submit(
@@ -689,7 +689,7 @@ impl SimStore {
         out
     }
 
-    /// `Ledger::sweep`: marks expired the keys whose facts are older than the retention,
+    /// `SledStore::sweep`: marks expired the keys whose facts are older than the retention,
     /// in its own batch, durable with the next flush.
     pub fn sweep(&mut self, now: Timestamp) -> usize {
         if !self.up {
@@ -753,7 +753,7 @@ impl SimStore {
         self.answers.clear();
     }
 
-    /// `Ledger::open`: refuses to start on a log tail and projections that disagree.
+    /// `SledStore::open`: refuses to start on a log tail and projections that disagree.
     pub fn restart(&mut self) -> Result<(), String> {
         let d = &self.durable;
         let tail = d.facts.keys().next_back().copied().unwrap_or(0);

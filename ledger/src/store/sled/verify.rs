@@ -1,239 +1,21 @@
-//! `verify`: rebuilds every projection from the log and checks each guarantee, reporting
-//! every violation precisely rather than stopping at the first.
+//! sled's online verify: the log folded while commits go on, then one short step between two
+//! batches.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
-
-use serde::Serialize;
 
 use crate::domain::{Account, ClientId, Currency, Key};
 use crate::fact::{Fact, FactBody};
 use crate::projection::{Balances, Stats};
-use crate::store::{
-    KeyRecord, LedgerError, P_ACCOUNT, P_KEY, P_REFUNDED, STATS_KEY, decode, decode_balance,
-    scoped_key, seq_of, split_scoped,
+use crate::store::LedgerError;
+use crate::store::verify::{
+    COUNTERS, DERIVED, DOUBLE_ENTRY, DigestMap, GAPLESS, KEY_FACT, NO_OVERDRAFT, ONE_EFFECT,
+    REFUNDS, Report, SAME_ANSWER, VerifyReport, Withdrawals, check_fold, digest, key_digest,
 };
 
-/// One broken guarantee.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Violation {
-    /// The guarantee, in the contract's words.
-    pub guarantee: &'static str,
-    pub detail: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct VerifyReport {
-    pub facts: u64,
-    pub keys_done: u64,
-    pub keys_expired: u64,
-    pub accounts: usize,
-    pub currencies: usize,
-    pub violations: Vec<Violation>,
-}
-
-impl VerifyReport {
-    pub fn ok(&self) -> bool {
-        self.violations.is_empty()
-    }
-}
-
-impl std::fmt::Display for VerifyReport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "checked {} facts, {} keys done, {} expired, {} accounts in {} currencies",
-            self.facts, self.keys_done, self.keys_expired, self.accounts, self.currencies
-        )?;
-        if self.violations.is_empty() {
-            return write!(f, "all guarantees hold");
-        }
-        writeln!(f, "{} violations:", self.violations.len())?;
-        for v in &self.violations {
-            writeln!(f, "  [{}] {}", v.guarantee, v.detail)?;
-        }
-        Ok(())
-    }
-}
-
-pub(crate) const ONE_EFFECT: &str = "one effect per key";
-pub(crate) const KEY_FACT: &str = "every done key has its fact and every fact its key";
-pub(crate) const SAME_ANSWER: &str = "every key answers with its own fact";
-pub(crate) const DERIVED: &str = "balances equal the fold of the log";
-pub(crate) const DOUBLE_ENTRY: &str = "sums are zero per currency";
-pub(crate) const NO_OVERDRAFT: &str = "no user balance is negative";
-pub(crate) const REFUNDS: &str = "refunds stay within their withdrawals";
-pub(crate) const GAPLESS: &str = "the log is gapless";
-pub(crate) const COUNTERS: &str = "counters equal the fold of the log";
-
-/// At most this many violations of one kind are listed; the rest are counted.
-const LIST_MAX: usize = 20;
-
-/// Violations as they are found; shared with the PostgreSQL store's verify, so both report
-/// the same guarantees in the same words.
-#[derive(Default)]
-pub(crate) struct Report {
-    violations: Vec<Violation>,
-    counts: BTreeMap<&'static str, usize>,
-}
-
-impl Report {
-    /// The violations, with a count of those beyond the listed ones.
-    pub(crate) fn finish(mut self) -> Vec<Violation> {
-        for (guarantee, n) in &self.counts {
-            if *n > LIST_MAX {
-                self.violations.push(Violation {
-                    guarantee,
-                    detail: format!("… and {} more", n - LIST_MAX),
-                });
-            }
-        }
-        self.violations
-    }
-
-    pub(crate) fn add(&mut self, guarantee: &'static str, detail: String) {
-        let n = self.counts.entry(guarantee).or_insert(0);
-        *n += 1;
-        if *n <= LIST_MAX {
-            self.violations.push(Violation { guarantee, detail });
-        }
-    }
-}
-
-/// Withdrawals by the digest of (client, key) (see [`key_digest`]): (amount withdrawn,
-/// refunded so far). Digests keep a million withdrawals at 16 bytes each instead of two
-/// strings each.
-pub(crate) type Withdrawals = DigestMap<(u64, u64)>;
-
-/// A map keyed by 64-bit digests. The key already is a hash, so it is used as its own:
-/// hashing it again with SipHash was a tenth of a verify's time.
-pub(crate) type DigestMap<V> = HashMap<u64, V, BuildHasherDefault<DigestHasher>>;
-
-#[derive(Default, Clone, Copy)]
-pub(crate) struct DigestHasher(u64);
-
-impl Hasher for DigestHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u64 keys are hashed here; bytes still mix, should anything else be.
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-/// Checks one fact against the fold of the facts before it: the balance it claims, no
-/// overdraft, and refund bounds. `withdrawals` maps (client, withdrawal key) to (amount
-/// withdrawn, refunded so far).
-pub(crate) fn check_fold(
-    r: &mut Report,
-    fact: &Fact,
-    before: &Balances,
-    withdrawals: &mut Withdrawals,
-) {
-    let mut after = None;
-    for (account, currency, delta) in crate::projection::legs(fact) {
-        if !account.is_system() {
-            after = Some(before.get(account, currency).unwrap_or(0) + delta);
-        }
-    }
-    let claimed = match &fact.body {
-        FactBody::DepositRecorded { balance_after, .. }
-        | FactBody::WithdrawalRecorded { balance_after, .. }
-        | FactBody::RefundRecorded { balance_after, .. } => Some(*balance_after),
-        FactBody::CommandRejected { .. } => None,
-    };
-    if let (Some(claimed), Some(after)) = (claimed, after) {
-        if i128::try_from(claimed).ok() != Some(after) {
-            r.add(
-                DERIVED,
-                format!(
-                    "seq {}: records balance {claimed}, the fold gives {after}",
-                    fact.seq
-                ),
-            );
-        }
-        if after < 0 {
-            r.add(
-                NO_OVERDRAFT,
-                format!("seq {} leaves a balance of {after}", fact.seq),
-            );
-        }
-    }
-    match &fact.body {
-        FactBody::WithdrawalRecorded { amount, .. } => {
-            withdrawals.insert(key_digest(&fact.client, &fact.key), (amount.units(), 0));
-        }
-        FactBody::RefundRecorded {
-            withdrawal,
-            amount,
-            refunded_total,
-            ..
-        } => match withdrawals.get_mut(&key_digest(&fact.client, withdrawal)) {
-            None => r.add(
-                REFUNDS,
-                format!(
-                    "seq {} refunds {withdrawal:?}, which is no earlier withdrawal",
-                    fact.seq
-                ),
-            ),
-            Some((withdrawn, refunded)) => {
-                *refunded += amount.units();
-                if *refunded > *withdrawn || *refunded != *refunded_total {
-                    r.add(
-                        REFUNDS,
-                        format!(
-                            "seq {}: refunded {refunded} of {withdrawn} (recorded total {refunded_total})",
-                            fact.seq
-                        ),
-                    );
-                }
-            }
-        },
-        _ => {}
-    }
-}
-
-/// Compares the stored balances with the fold of the log: equal, none negative for a user,
-/// every currency summing to zero.
-pub(crate) fn check_balances(r: &mut Report, balances: &Balances, stored: &Balances) {
-    for (account, per) in &balances.accounts {
-        for (currency, b) in per {
-            let s = stored.get(account, *currency);
-            if s != Some(*b) {
-                r.add(
-                    DERIVED,
-                    format!("{account} {currency}: stored {s:?}, the log gives {b}"),
-                );
-            }
-            if !account.is_system() && *b < 0 {
-                r.add(NO_OVERDRAFT, format!("{account} {currency} is {b}"));
-            }
-        }
-    }
-    for (account, per) in &stored.accounts {
-        for currency in per.keys() {
-            if balances.get(account, *currency).is_none() {
-                r.add(
-                    DERIVED,
-                    format!("{account} {currency} is stored but no fact touches it"),
-                );
-            }
-        }
-    }
-    for (currency, sum) in stored.sums() {
-        if sum != 0 {
-            r.add(DOUBLE_ENTRY, format!("{currency} sums to {sum}"));
-        }
-    }
-}
-
-// ---- online -------------------------------------------------------------------------------
+use super::records::{
+    KeyRecord, P_ACCOUNT, P_KEY, P_REFUNDED, STATS_KEY, decode, decode_balance, scoped_key, seq_of,
+    split_scoped,
+};
 
 /// At most this many facts are left for the held step (more only if commits outrun
 /// eight rounds of catching up).
@@ -251,21 +33,6 @@ struct Sig {
     key: u64,
     command: u64,
     referenced: bool,
-}
-
-fn digest(parts: &[&[u8]]) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in parts {
-        p.hash(&mut h);
-    }
-    h.finish()
-}
-
-/// A 64-bit digest of (client, key); a verify confirms a digest match exactly wherever
-/// it would report one.
-pub(crate) fn key_digest(client: &ClientId, key: &Key) -> u64 {
-    digest(&[client.as_str().as_bytes(), key.as_str().as_bytes()])
 }
 
 /// The fold of the log up to a sequence number, built without holding commits, and
@@ -329,7 +96,7 @@ pub(crate) fn verify_online(
         None => 0,
     };
     // In parallel, the key records are read on a second thread while this one folds the
-    // log (see `Config::verify_in_parallel`): the two scans of sled need nothing from each
+    // log (see `SledConfig::verify_in_parallel`): the two scans of sled need nothing from each
     // other until the records are matched with their facts.
     let keys = if !parallel {
         let keys = read_keys(tree, upto);
@@ -466,12 +233,12 @@ impl Online {
     }
 
     fn fact_at(&self, seq: u64) -> Option<Fact> {
-        let bytes = self.tree.get(crate::store::fact_key(seq)).ok()??;
+        let bytes = self.tree.get(super::records::fact_key(seq)).ok()??;
         Fact::decode(seq, &bytes).ok()
     }
 
     fn fold_log(&mut self) -> Result<(), LedgerError> {
-        let range = crate::store::fact_key(1)..=crate::store::fact_key(self.upto);
+        let range = super::records::fact_key(1)..=super::records::fact_key(self.upto);
         for item in self.tree.range(range) {
             let (k, v) = item.map_err(io)?;
             let Some(seq) = seq_of(&k) else {
@@ -685,8 +452,8 @@ impl Online {
     /// none), checking each one's key record directly and setting aside the balances and
     /// refunded totals it moves.
     fn catch_up(&mut self, until: Option<u64>) -> Result<(), LedgerError> {
-        let start = crate::store::fact_key(self.stats.last_seq + 1);
-        let end = crate::store::fact_key(until.unwrap_or(u64::MAX));
+        let start = super::records::fact_key(self.stats.last_seq + 1);
+        let end = super::records::fact_key(until.unwrap_or(u64::MAX));
         for item in self.tree.range(start..=end) {
             let (k, v) = item.map_err(io)?;
             let Some(seq) = seq_of(&k) else {
@@ -791,7 +558,7 @@ impl Online {
         suspects.sort();
         suspects.dedup();
         for (account, currency) in suspects {
-            let key = crate::store::account_key(&account, currency);
+            let key = super::records::account_key(&account, currency);
             let stored = self
                 .tree
                 .get(&key)

@@ -1,0 +1,310 @@
+//! The store interface: what a worker needs from wherever the facts live, and the
+//! vocabulary it speaks (submissions, errors, keys, quarantine, metrics). Two
+//! implementations pass one conformance suite (`ledger/tests/conformance.rs`): the embedded
+//! [`sled::SledStore`] (the default: one process, one disk) and [`pg::PgStore`]
+//! (PostgreSQL: any number of workers on many hosts). Every guarantee of the guarantees in
+//! README.md is the store's to keep, inside its own commit; the worker above it only
+//! translates. This module depends on neither store; each store depends on it and on the
+//! pure modules, never on the other.
+//!
+//! The interface is async because PostgreSQL is reached over the network; the sled
+//! implementation completes its futures from the committer's reply, so it adds no thread.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Clock;
+use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp};
+use crate::fact::{Fact, Outcome};
+use crate::projection::{Balances, Stats};
+use verify::VerifyReport;
+
+pub mod pg;
+pub mod sled;
+pub mod verify;
+
+/// The rules every store applies the same way.
+#[derive(Clone)]
+pub struct Rules {
+    /// How long a done key keeps its stored response.
+    pub retention: Duration,
+    /// How long a claim on a key holds before another attempt may take it over.
+    pub lease: Duration,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules")
+            .field("retention", &self.retention)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which keys a listing wants.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyQuery {
+    pub status: Option<KeyStatus>,
+    pub client: Option<ClientId>,
+    /// Start after this (client, key); `None` from the beginning.
+    pub after: Option<(ClientId, Key)>,
+    pub limit: usize,
+}
+
+/// Where the facts live. Object-safe, so a worker holds an `Arc<dyn Store>` chosen at start.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// `sled` or `postgres`.
+    fn kind(&self) -> &'static str;
+    /// Where the data is, for logs and the dashboard (never a password).
+    fn location(&self) -> String;
+    fn rules(&self) -> &Rules;
+    /// Whether `submit` itself waits a bounded time for an in-flight twin before it
+    /// answers `InProgress` (PostgreSQL waits on the twin's uncommitted row). When it does,
+    /// a caller adds no wait of its own, or a 409 would take two waits.
+    fn waits_for_twins(&self) -> bool {
+        false
+    }
+
+    /// Submits a command (`message` set: through the inbox, deduplicated by its id in the
+    /// same commit as its effect) and answers once the outcome is durable.
+    async fn submit(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+    ) -> Result<Submission>;
+    /// Keeps an inbox message that could not be applied, with the reason, durably.
+    async fn quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: Vec<u8>,
+    ) -> Result<u64>;
+    /// The quarantined messages with ids above `after`, oldest first, at most `limit`:
+    /// pass the last id of a page to read the next.
+    async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>>;
+    /// The newest `limit` quarantined messages, newest first: what an operator looks at.
+    async fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>>;
+    /// Expires the stored responses of done keys older than the retention.
+    async fn sweep(&self) -> Result<usize>;
+    /// Rebuilds every projection from the log and checks the guarantees.
+    async fn verify(&self) -> Result<VerifyReport>;
+
+    async fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>>;
+    async fn keys(&self, query: KeyQuery) -> Result<KeyPage>;
+    /// Facts with `seq > after`, in seq order, at most `limit`, durable ones only.
+    async fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>>;
+    async fn fact(&self, seq: u64) -> Result<Option<Fact>>;
+    async fn balances(&self) -> Result<Balances>;
+    async fn account(&self, account: &Account) -> Result<Option<BTreeMap<Currency, i128>>>;
+    async fn stats(&self) -> Result<Stats>;
+    /// Keys this process has claimed and not yet answered, oldest first.
+    fn pending(&self) -> Vec<KeyInfo>;
+    /// The highest seq this process knows to be durable.
+    fn durable_seq(&self) -> u64;
+    fn commit_metrics(&self) -> CommitMetrics;
+    /// What the store keeps in memory, structure by structure, with each one's bound.
+    fn memory(&self) -> Vec<crate::memory::MemoryUse>;
+    async fn size_on_disk(&self) -> Result<u64>;
+    /// The reason the store stopped writing, if it did.
+    fn failure(&self) -> Option<String>;
+    /// Finishes and makes durable what was submitted before; later submissions answer
+    /// [`LedgerError::Closed`].
+    async fn shutdown(&self);
+}
+
+/// An operational failure. Business refusals are never errors: they are outcomes.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LedgerError {
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error(
+        "the ledger at {path} is corrupt: {detail}. Nothing was changed or deleted. \
+         Keep the folder as it is, restore the latest backup into a new folder, \
+         and run `inbox-worker verify` on both"
+    )]
+    Corrupt { path: String, detail: String },
+    #[error("the ledger at {path} is in use by another process")]
+    Locked { path: String },
+    #[error("the ledger is shut down")]
+    Closed,
+}
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// What happened to one submission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submission {
+    /// This arrival executed the command; the outcome is durable.
+    Executed(Outcome),
+    /// The key was done before: its stored outcome.
+    Replayed(Outcome),
+    /// The key holds another command; nothing changed.
+    Reused,
+    /// Another attempt with this key is in flight; try again after the given time.
+    InProgress { retry_after: Duration },
+    /// The inbox had seen this message id with another payload: it is quarantined.
+    Quarantined { reason: String },
+}
+
+impl Submission {
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Submission::Executed(o) | Submission::Replayed(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// What opening found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OpenReport {
+    pub fresh: bool,
+    pub facts: u64,
+    pub keys_done: u64,
+    pub keys_expired: u64,
+    pub accounts: usize,
+    pub last_fact_at: Option<String>,
+    pub open_ms: u128,
+}
+
+impl std::fmt::Display for OpenReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.fresh {
+            return write!(f, "created a new ledger ({} ms)", self.open_ms);
+        }
+        write!(
+            f,
+            "recovered {} facts ({} keys done, {} expired), {} accounts, last fact at {}; \
+             log tail and projections agree ({} ms)",
+            self.facts,
+            self.keys_done,
+            self.keys_expired,
+            self.accounts,
+            self.last_fact_at.as_deref().unwrap_or("-"),
+            self.open_ms
+        )
+    }
+}
+
+/// The state of a key as the API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyStatus {
+    Pending,
+    Done,
+    Expired,
+}
+
+impl KeyStatus {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(Self::Pending),
+            "done" => Some(Self::Done),
+            "expired" => Some(Self::Expired),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Done => "done",
+            Self::Expired => "expired",
+        }
+    }
+}
+
+/// The most key records one call of [`Store::keys`] reads, so that a filter that matches
+/// little cannot make one request scan a million keys.
+pub const KEYS_SCAN_MAX: usize = 20_000;
+
+/// A page of keys, and where the next page starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyPage {
+    pub keys: Vec<KeyInfo>,
+    /// Pass as `after` to go on; `None` when the listing is complete.
+    pub next: Option<(ClientId, Key)>,
+}
+
+/// One key, for listings and the dashboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub client: ClientId,
+    pub key: Key,
+    pub status: KeyStatus,
+    pub command: Command,
+    /// When the key was claimed (pending) or its fact recorded.
+    pub since: Timestamp,
+    /// Set once the key is done or expired.
+    pub outcome: Option<Outcome>,
+    /// Pending: whether the claim's lease has run out.
+    pub lease_expired: bool,
+    /// Replays and conflicts seen for this key since the process started.
+    pub replays: u32,
+    pub conflicts: u32,
+}
+
+/// A message the inbox refused to apply, kept with the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quarantined {
+    pub id: u64,
+    pub at: Timestamp,
+    pub message_id: Option<String>,
+    pub reason: String,
+    /// The message as received (lossy UTF-8, at most 4 KiB).
+    pub payload: String,
+}
+
+/// What the inbox remembers of a message: its client, key and command, so that an id
+/// delivered again with another payload is told apart from a true redelivery.
+pub(crate) fn message_fingerprint(client: &ClientId, key: &Key, command: &Command) -> Fingerprint {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(client.as_str().as_bytes());
+    h.update([0]);
+    h.update(key.as_str().as_bytes());
+    h.update([0]);
+    h.update(command.canonical_bytes());
+    let mut f = [0u8; 16];
+    f.copy_from_slice(&h.finalize()[..16]);
+    Fingerprint(f)
+}
+
+/// Histogram buckets (upper bounds, microseconds) of commit latency.
+pub const LATENCY_BUCKETS_US: [u64; 12] = [
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    u64::MAX,
+];
+
+/// Counts for the commit path: how long each command took from submission to its durable
+/// answer, and how many commands each sync (one flush, one fdatasync) made durable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommitMetrics {
+    pub latency_buckets: [u64; 12],
+    pub latency_sum_us: u64,
+    pub batches: u64,
+    pub commands: u64,
+    pub batch_size_max: u64,
+    pub last_batch_size: u64,
+    /// `apply_batch` calls that carried commands: at most one per sync when the decider
+    /// keeps up, more when a batch reaches `batch_max` first.
+    pub applies: u64,
+}

@@ -1,0 +1,812 @@
+//! The sled store's writer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
+use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId};
+use crate::fact::{DecodeError, Fact, FactBody, Outcome};
+use crate::projection::{Balances, Stats};
+use crate::store::verify::VerifyReport;
+use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, message_fingerprint};
+
+use super::records::{
+    InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATS_KEY, account_key, decode,
+    encode, fact_key, inbox_key, io_err, quarantine_key, scoped_key, seq_of,
+};
+use super::{Reply, Result, Shared, duration_ms};
+
+pub(super) enum Request {
+    Command {
+        client: ClientId,
+        key: Key,
+        command: Command,
+        fingerprint: Fingerprint,
+        token: u64,
+        message: Option<MessageId>,
+        arrived: Instant,
+        reply: Reply,
+    },
+    Quarantine {
+        message_id: Option<String>,
+        reason: String,
+        payload: String,
+        reply: Box<dyn FnOnce(Result<u64>) + Send>,
+    },
+    Sweep {
+        reply: Box<dyn FnOnce(Result<usize>) + Send>,
+    },
+    /// The last step of an online verify, run between two batches.
+    Verify {
+        step: Box<dyn FnOnce() -> Result<VerifyReport> + Send>,
+        reply: Box<dyn FnOnce(Result<VerifyReport>) + Send>,
+    },
+    /// Holds the committer until the sender side is dropped (see [`SledStore::pause`]).
+    Pause(Receiver<()>),
+    Shutdown,
+}
+
+// ---- the committer -------------------------------------------------------------------
+//
+// Two threads in a pipeline. The decider takes every queued request, decides each against
+// its own working state (the durable state plus every batch it applied since), and writes
+// the batch with one atomic `apply_batch`. The syncer takes every batch applied since its
+// last sync, makes them durable with one flush and one fdatasync, publishes them to
+// readers, releases their claims and answers. So while one group is being synced, the
+// next is being decided: one fsync covers everything that arrived meanwhile.
+
+/// An answer held until its batch is durable.
+#[allow(clippy::large_enum_variant)] // Commands are nearly all of them; boxing would cost more.
+enum Pending {
+    Command {
+        ck: (ClientId, Key),
+        token: u64,
+        fingerprint: Fingerprint,
+        reply: Reply,
+        answer: Submission,
+        arrived: Instant,
+    },
+    Quarantine {
+        reply: Box<dyn FnOnce(Result<u64>) + Send>,
+        id: u64,
+    },
+    Sweep {
+        reply: Box<dyn FnOnce(Result<usize>) + Send>,
+        expired: usize,
+    },
+    /// Signalled once everything before it is durable.
+    Barrier(Sender<()>),
+}
+
+/// A batch that is written (atomically, in sled's memory) and waits for durability.
+struct Applied {
+    answers: Vec<Pending>,
+    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
+    stats: Stats,
+    /// The batch did not reach sled: answer with this error, publish nothing.
+    error: Option<LedgerError>,
+}
+
+pub(super) struct Committer {
+    shared: Arc<Shared>,
+    next_quarantine: u64,
+    /// The decider's working state: durable state plus batches applied since.
+    balances: Balances,
+    stats: Stats,
+}
+
+/// One batch in the making. Nothing here reaches the working state until sled has
+/// accepted the batch, so a failed write leaves memory as it was.
+#[derive(Default)]
+struct Staged {
+    batch: sled::Batch,
+    keys: HashMap<(ClientId, Key), (Fingerprint, Fact)>,
+    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
+    refunded: HashMap<(ClientId, Key), u64>,
+    inbox: HashMap<MessageId, Fingerprint>,
+    answers: Vec<Pending>,
+}
+
+fn durable(shared: &Shared) -> Result<()> {
+    durable_then(shared, || ())
+}
+
+/// [`durable`], calling `flushed` between sled's flush and the fdatasync: from then on
+/// sled's lock is free, so the decider can apply the next batch while the disk syncs.
+fn durable_then(shared: &Shared, flushed: impl FnOnce()) -> Result<()> {
+    // sled's flush syncs with `sync_file_range`, which neither flushes the drive's write
+    // cache nor the file's size; fdatasync does both (ARCHITECTURE.md, durability).
+    shared.db.flush().map_err(io_err)?;
+    flushed();
+    if let Some(f) = &shared.data_file {
+        f.sync_data()
+            .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
+    }
+    Ok(())
+}
+
+impl Committer {
+    pub(super) fn new(shared: Arc<Shared>) -> Self {
+        let next_quarantine = shared
+            .tree
+            .scan_prefix([P_QUARANTINE])
+            .next_back()
+            .and_then(|r| r.ok())
+            .and_then(|(k, _)| seq_of(&k))
+            .map_or(1, |s| s + 1);
+        let (balances, stats) = {
+            let state = shared.state.read();
+            (state.balances.clone(), state.stats.clone())
+        };
+        Self {
+            shared,
+            next_quarantine,
+            balances,
+            stats,
+        }
+    }
+
+    pub(super) fn write_stats_now(&self) -> Result<()> {
+        self.shared
+            .tree
+            .insert(STATS_KEY, encode(&self.stats))
+            .map_err(io_err)?;
+        durable(&self.shared)
+    }
+
+    /// The decider's loop; starts the syncer and stops it on shutdown.
+    pub(super) fn run(mut self, rx: Receiver<Request>) {
+        let (to_syncer, from_decider) = crossbeam_channel::unbounded::<Applied>();
+        // One token: the syncer is ready for the next batch (its flush returned, or it has
+        // nothing left to sync).
+        let (free_tx, syncer_free) = crossbeam_channel::bounded::<()>(1);
+        let syncer_shared = self.shared.clone();
+        let syncer = std::thread::Builder::new()
+            .name("idem-syncer".into())
+            .spawn(move || sync_loop(&syncer_shared, &from_decider, &free_tx));
+        let Ok(syncer) = syncer else {
+            let _ = self.shared.fail("could not start the syncer thread".into());
+            return;
+        };
+        let max = self.shared.config.batch_max.max(1);
+        // What is staged waits for the syncer's token, and is applied then in one
+        // `apply_batch`: each apply costs sled two log writes (the data and the batch's
+        // manifest), each with a `sync_file_range` and a wake-up of sled's I/O pool, while
+        // the flush that makes them durable is one per sync whatever the applies.
+        // Deciding goes on meanwhile, so nothing waits that would not wait anyway.
+        let mut staged = Staged::default();
+        let mut stats = self.stats.clone();
+        loop {
+            let first = if staged.answers.is_empty() {
+                match rx.recv() {
+                    Ok(r) => r,
+                    Err(_) => break,
+                }
+            } else {
+                // The syncer is busy: stage what arrives until its token comes. Requests
+                // come first, so a batch takes everything that arrived before the token.
+                crossbeam_channel::select_biased! {
+                    recv(rx) -> r => match r {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    },
+                    recv(syncer_free) -> _ => {
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        continue;
+                    }
+                }
+            };
+            let mut requests = vec![first];
+            // What is staged counts too: a batch never takes more than `batch_max`.
+            while staged.answers.len() + requests.len() < max {
+                match rx.try_recv() {
+                    Ok(r) => requests.push(r),
+                    Err(_) => break,
+                }
+            }
+            let mut stop = false;
+            for request in requests {
+                match request {
+                    Request::Shutdown => stop = true,
+                    Request::Pause(until) => {
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        // Returns when the guard is dropped.
+                        let _ = until.recv();
+                    }
+                    Request::Sweep { reply } => {
+                        // Apply what came before, then sweep in its own batch.
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        match self.sweep(&mut staged, &mut stats) {
+                            Ok(expired) => staged.answers.push(Pending::Sweep { reply, expired }),
+                            Err(e) => reply(Err(e)),
+                        }
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                    }
+                    Request::Verify { step, reply } => {
+                        // The step reads the tree with every batch before it applied and
+                        // none running: one consistent state.
+                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        reply(step());
+                    }
+                    Request::Quarantine {
+                        message_id,
+                        reason,
+                        payload,
+                        reply,
+                    } => {
+                        let id = self.next_quarantine;
+                        self.next_quarantine += 1;
+                        let record = Quarantined {
+                            id,
+                            at: self.shared.config.clock.now(),
+                            message_id,
+                            reason,
+                            payload,
+                        };
+                        staged
+                            .batch
+                            .insert(&quarantine_key(id)[..], encode(&record));
+                        staged.answers.push(Pending::Quarantine { reply, id });
+                    }
+                    Request::Command {
+                        client,
+                        key,
+                        command,
+                        fingerprint,
+                        token,
+                        message,
+                        arrived,
+                        reply,
+                    } => {
+                        let ck = (client, key);
+                        let failed = self.shared.failed.lock().clone();
+                        let answer = match failed {
+                            Some(reason) => Err(LedgerError::Unavailable(reason)),
+                            None => self.stage(
+                                &mut staged,
+                                &mut stats,
+                                &ck,
+                                command,
+                                fingerprint,
+                                message,
+                            ),
+                        };
+                        match answer {
+                            // Nothing was staged for it (a refund of a withdrawal in
+                            // flight): answered now, and its claim released, so that its
+                            // retry is not told 409 by its own claim.
+                            Ok(answer @ Submission::InProgress { .. }) => {
+                                self.shared.release(&ck, token);
+                                self.shared.shard(&ck).lock().note(&ck, false);
+                                self.shared
+                                    .conflicts_in_flight
+                                    .fetch_add(1, Ordering::Relaxed);
+                                reply(Ok(answer));
+                            }
+                            Ok(answer) => staged.answers.push(Pending::Command {
+                                ck,
+                                token,
+                                fingerprint,
+                                reply,
+                                answer,
+                                arrived,
+                            }),
+                            Err(e) => {
+                                self.shared.release(&ck, token);
+                                reply(Err(e));
+                            }
+                        }
+                    }
+                }
+            }
+            if stop {
+                break;
+            }
+            // The token is taken only with something to apply: a token used on nothing
+            // would leave staged commands waiting for a syncer with nothing to sync.
+            if !staged.answers.is_empty()
+                && (staged.answers.len() >= max || syncer_free.try_recv().is_ok())
+            {
+                self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+            }
+        }
+        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+        // Everything applied becomes durable and is answered before the threads end.
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let barrier = Applied {
+            answers: vec![Pending::Barrier(done_tx)],
+            accounts: HashMap::new(),
+            stats: self.stats.clone(),
+            error: None,
+        };
+        if to_syncer.send(barrier).is_ok() {
+            let _ = done_rx.recv();
+        }
+        drop(to_syncer);
+        let _ = syncer.join();
+    }
+
+    /// Decides one command into the staged batch: the compare-and-swap on its key, then
+    /// the pure decision, then its fact, key record and projections.
+    fn stage(
+        &mut self,
+        staged: &mut Staged,
+        stats: &mut Stats,
+        ck: &(ClientId, Key),
+        command: Command,
+        fingerprint: Fingerprint,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        let (client, key) = ck;
+        if let Some(message_id) = &message {
+            let mfp = message_fingerprint(client, key, &command);
+            let seen = match staged.inbox.get(message_id) {
+                Some(f) => Some(*f),
+                None => match self
+                    .shared
+                    .tree
+                    .get(inbox_key(message_id))
+                    .map_err(io_err)?
+                {
+                    Some(v) => Some(
+                        decode::<InboxRecord>("inbox record", &v)
+                            .map_err(|e| self.shared.corrupt(e))?
+                            .fingerprint,
+                    ),
+                    None => None,
+                },
+            };
+            if seen.is_some_and(|f| f != mfp) {
+                let reason = "message_id_reused: this message id was delivered before with \
+                              another payload";
+                // Kept with the reason, in the same batch as the answer.
+                let id = self.next_quarantine;
+                self.next_quarantine += 1;
+                let record = Quarantined {
+                    id,
+                    at: self.shared.config.clock.now(),
+                    message_id: Some(message_id.as_str().to_owned()),
+                    reason: reason.into(),
+                    payload: format!(
+                        "{{\"key\":{:?},\"command\":{:?}}}",
+                        key.as_str(),
+                        command.name()
+                    ),
+                };
+                staged
+                    .batch
+                    .insert(&quarantine_key(id)[..], encode(&record));
+                return Ok(Submission::Quarantined {
+                    reason: reason.into(),
+                });
+            }
+        }
+        // The compare: is the key taken, in this batch or on disk?
+        let existing = match staged.keys.get(ck) {
+            Some((f, fact)) => Some((*f, Outcome::from_fact(fact))),
+            None => match self
+                .shared
+                .tree
+                .get(scoped_key(P_KEY, client, key.as_str()))
+                .map_err(io_err)?
+            {
+                None => None,
+                Some(bytes) => {
+                    let rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
+                    Some((rec.fingerprint, self.shared.stored_outcome(rec.seq)?))
+                }
+            },
+        };
+        if let Some((stored, outcome)) = existing {
+            return Ok(match core::classify(Some(stored), fingerprint) {
+                Seen::Reused => {
+                    self.shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                    Submission::Reused
+                }
+                _ => {
+                    self.note_message(staged, message, client, key, &command, outcome.seq());
+                    self.shared.replayed.fetch_add(1, Ordering::Relaxed);
+                    Submission::Replayed(outcome)
+                }
+            });
+        }
+        if self.withdrawal_in_flight(staged, ck, &command)? {
+            return Ok(Submission::InProgress {
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        // The swap: decide and stage the fact with everything it changes.
+        let inputs = self.inputs(staged, client, &command)?;
+        let seq = stats.last_seq + 1;
+        let at = self.shared.config.clock.now().max(stats.last_at);
+        let fact = core::decide(client, key, &command, &inputs, seq, at);
+        let outcome = Outcome::from_fact(&fact);
+        staged.batch.insert(&fact_key(seq)[..], fact.encode());
+        let record = KeyRecord {
+            seq,
+            at,
+            fingerprint,
+            expired: false,
+        };
+        staged
+            .batch
+            .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
+        for (account, currency, delta) in crate::projection::legs(&fact) {
+            // Copy the account's balances from the working state only on its first touch
+            // in this batch; later commands on it reuse the staged copy.
+            let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
+                self.balances
+                    .accounts
+                    .get(account)
+                    .cloned()
+                    .unwrap_or_default()
+            });
+            let b = entry.entry(currency).or_insert(0);
+            *b = b.saturating_add(delta);
+            staged
+                .batch
+                .insert(account_key(account, currency), b.to_be_bytes().to_vec());
+        }
+        if let FactBody::RefundRecorded {
+            withdrawal,
+            refunded_total,
+            ..
+        } = &fact.body
+        {
+            let wk = (client.clone(), withdrawal.clone());
+            staged.refunded.insert(wk, *refunded_total);
+            staged.batch.insert(
+                scoped_key(P_REFUNDED, client, withdrawal.as_str()),
+                refunded_total.to_be_bytes().to_vec(),
+            );
+        }
+        stats.apply(&fact);
+        self.note_message(staged, message, client, key, &command, seq);
+        staged.keys.insert(ck.clone(), (fingerprint, fact));
+        Ok(Submission::Executed(outcome))
+    }
+
+    fn note_message(
+        &self,
+        staged: &mut Staged,
+        message: Option<MessageId>,
+        client: &ClientId,
+        key: &Key,
+        command: &Command,
+        seq: u64,
+    ) {
+        if let Some(message_id) = message {
+            let fingerprint = message_fingerprint(client, key, command);
+            staged.batch.insert(
+                inbox_key(&message_id),
+                encode(&InboxRecord { fingerprint, seq }),
+            );
+            staged.inbox.insert(message_id, fingerprint);
+        }
+    }
+
+    /// Whether `command` is a refund whose withdrawal is claimed and not decided yet: its
+    /// key (the refund's client, the withdrawal's key) has a claim but no record, in this
+    /// batch or on disk. That happens when the refund overtook its withdrawal: the
+    /// withdrawal was claimed, but queued after the refund. Deciding now would store
+    /// `withdrawal_not_found` for ever under the refund's key, so the refund is told to
+    /// come again instead. A refund that names its own key sees its own claim, which is
+    /// no withdrawal. The claim is looked at first: a withdrawal that is not in flight
+    /// costs no read.
+    fn withdrawal_in_flight(
+        &self,
+        staged: &Staged,
+        ck: &(ClientId, Key),
+        command: &Command,
+    ) -> Result<bool> {
+        let Command::Refund { withdrawal, .. } = command else {
+            return Ok(false);
+        };
+        let wk = (ck.0.clone(), withdrawal.clone());
+        if wk == *ck || !self.shared.shard(&wk).lock().claims.contains_key(&wk) {
+            return Ok(false);
+        }
+        if staged.keys.contains_key(&wk) {
+            return Ok(false);
+        }
+        let on_disk = self
+            .shared
+            .tree
+            .contains_key(scoped_key(P_KEY, &wk.0, wk.1.as_str()))
+            .map_err(io_err)?;
+        Ok(!on_disk)
+    }
+
+    /// Loads what the decision reads: the account, and for a refund its withdrawal.
+    fn inputs(&self, staged: &Staged, client: &ClientId, command: &Command) -> Result<Inputs> {
+        let account_view = |account: &Account| -> Option<AccountView> {
+            match staged.accounts.get(account) {
+                Some(per) => per.iter().next().map(|(c, b)| AccountView {
+                    currency: *c,
+                    balance: u128::try_from(*b).unwrap_or(0),
+                }),
+                None => self.balances.user_account(account),
+            }
+        };
+        Ok(match command {
+            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => Inputs {
+                account: account_view(account),
+                withdrawal: None,
+            },
+            Command::Refund { withdrawal, .. } => {
+                let wk = (client.clone(), withdrawal.clone());
+                let fact = match staged.keys.get(&wk) {
+                    Some((_, fact)) => Some(fact.clone()),
+                    None => match self
+                        .shared
+                        .tree
+                        .get(scoped_key(P_KEY, client, withdrawal.as_str()))
+                        .map_err(io_err)?
+                    {
+                        None => None,
+                        Some(bytes) => {
+                            let rec =
+                                KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
+                            self.shared.fact(rec.seq)?
+                        }
+                    },
+                };
+                let view = match fact.map(|f| f.body) {
+                    Some(FactBody::WithdrawalRecorded {
+                        account,
+                        amount,
+                        currency,
+                        ..
+                    }) => {
+                        let refunded = match staged.refunded.get(&wk) {
+                            Some(r) => *r,
+                            None => match self
+                                .shared
+                                .tree
+                                .get(scoped_key(P_REFUNDED, client, withdrawal.as_str()))
+                                .map_err(io_err)?
+                            {
+                                None => 0,
+                                Some(v) => {
+                                    u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
+                                        self.shared
+                                            .corrupt(DecodeError::new("refunded total", "length"))
+                                    })?)
+                                }
+                            },
+                        };
+                        Some(WithdrawalView {
+                            account,
+                            currency,
+                            amount,
+                            refunded,
+                        })
+                    }
+                    _ => None,
+                };
+                Inputs {
+                    account: view.as_ref().and_then(|w| account_view(&w.account)),
+                    withdrawal: view,
+                }
+            }
+        })
+    }
+
+    /// Writes the staged batch with one atomic `apply_batch` and hands it to the syncer.
+    fn apply(&mut self, staged: Staged, stats: &mut Stats, to_syncer: &Sender<Applied>) {
+        if staged.answers.is_empty() {
+            return;
+        }
+        stats.observed = self.shared.observed();
+        let Staged {
+            mut batch,
+            accounts,
+            answers,
+            ..
+        } = staged;
+        batch.insert(STATS_KEY, encode(&*stats));
+        let failed = self.shared.failed.lock().clone();
+        crash_point!("commit.before_apply");
+        let error = match failed {
+            Some(reason) => Some(LedgerError::Unavailable(reason)),
+            None => self
+                .shared
+                .tree
+                .apply_batch(batch)
+                .err()
+                .map(|e| self.shared.fail(e.to_string())),
+        };
+        crash_point!("commit.after_apply");
+        if error.is_some() {
+            // The working state stays as it was before this batch.
+            *stats = self.stats.clone();
+        } else {
+            for (account, per) in &accounts {
+                self.balances.accounts.insert(account.clone(), per.clone());
+            }
+            self.stats = stats.clone();
+            if answers.iter().any(|a| matches!(a, Pending::Command { .. })) {
+                self.shared.metrics.lock().applies += 1;
+            }
+        }
+        let applied = Applied {
+            answers,
+            accounts,
+            stats: stats.clone(),
+            error,
+        };
+        if let Err(crossbeam_channel::SendError(applied)) = to_syncer.send(applied) {
+            answer_all(&self.shared, applied.answers, &LedgerError::Closed);
+        }
+    }
+
+    /// Stages the expiry of keys whose answers are older than the retention.
+    fn sweep(&mut self, staged: &mut Staged, stats: &mut Stats) -> Result<usize> {
+        if let Some(reason) = self.shared.failed.lock().clone() {
+            return Err(LedgerError::Unavailable(reason));
+        }
+        let now = self.shared.config.clock.now();
+        let horizon = now.saturating_sub_ms(duration_ms(self.shared.config.retention));
+        let mut expired = 0usize;
+        let mut cursor = stats.sweep_cursor;
+        let range = fact_key(cursor + 1)..=fact_key(stats.last_seq);
+        for item in self.shared.tree.range(range).take(10_000) {
+            let (k, v) = item.map_err(io_err)?;
+            let seq = seq_of(&k)
+                .ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
+            let fact = Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?;
+            // Facts are recorded with non-decreasing time, so the first one inside the
+            // retention ends the sweep.
+            if fact.at > horizon {
+                break;
+            }
+            let kk = scoped_key(P_KEY, &fact.client, fact.key.as_str());
+            if let Some(bytes) = self.shared.tree.get(&kk).map_err(io_err)? {
+                let mut rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
+                if !rec.expired {
+                    rec.expired = true;
+                    staged.batch.insert(kk, rec.encode());
+                    stats.expire_one();
+                    expired += 1;
+                }
+            }
+            cursor = seq;
+        }
+        stats.sweep_cursor = cursor;
+        Ok(expired)
+    }
+}
+
+/// The syncer's loop: one flush and one fdatasync for every batch applied since the last.
+fn sync_loop(shared: &Shared, rx: &Receiver<Applied>, free: &Sender<()>) {
+    loop {
+        if rx.is_empty() {
+            // Full already means the decider has not used the last token yet.
+            let _ = free.try_send(());
+        }
+        let Ok(first) = rx.recv() else {
+            break;
+        };
+        let mut group = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            group.push(more);
+        }
+        let failed = shared.failed.lock().clone();
+        let synced = match failed {
+            Some(reason) => Err(LedgerError::Unavailable(reason)),
+            None => {
+                crash_point!("sync.before_flush");
+                // Flushed: the decider may apply the next batch now, overlapping our
+                // fdatasync and the answering (sled's flush and apply exclude each other).
+                let synced = durable_then(shared, || {
+                    let _ = free.try_send(());
+                })
+                .map_err(|e| shared.fail(e.to_string()));
+                crash_point!("sync.after_flush");
+                synced
+            }
+        };
+        // A "batch" in the metrics is what one sync made durable.
+        let commands = group
+            .iter()
+            .flat_map(|a| &a.answers)
+            .filter(|a| matches!(a, Pending::Command { .. }))
+            .count();
+        if commands > 0 && synced.is_ok() {
+            let size = u64::try_from(commands).unwrap_or(u64::MAX);
+            let mut m = shared.metrics.lock();
+            m.batches += 1;
+            m.commands += size;
+            m.batch_size_max = m.batch_size_max.max(size);
+            m.last_batch_size = size;
+        }
+        for mut applied in group {
+            let error = match (&synced, applied.error.take()) {
+                (_, Some(e)) => Some(e),
+                (Err(e), None) => Some(e.clone()),
+                (Ok(()), None) => None,
+            };
+            match error {
+                Some(e) => answer_all(shared, applied.answers, &e),
+                None => publish(shared, applied),
+            }
+        }
+    }
+}
+
+/// Makes a durable batch visible to readers, then answers it.
+fn publish(shared: &Shared, applied: Applied) {
+    {
+        let mut state = shared.state.write();
+        for (account, per) in applied.accounts {
+            state.balances.accounts.insert(account, per);
+        }
+        state.stats = applied.stats;
+        shared
+            .durable_seq
+            .store(state.stats.last_seq, Ordering::Release);
+    }
+    let now = Instant::now();
+    for answer in applied.answers {
+        match answer {
+            Pending::Command {
+                ck,
+                token,
+                fingerprint,
+                reply,
+                answer,
+                arrived,
+            } => {
+                let us = u64::try_from(now.duration_since(arrived).as_micros()).unwrap_or(u64::MAX);
+                {
+                    let mut m = shared.metrics.lock();
+                    let i = LATENCY_BUCKETS_US
+                        .iter()
+                        .position(|b| us <= *b)
+                        .unwrap_or(LATENCY_BUCKETS_US.len() - 1);
+                    m.latency_buckets[i] += 1;
+                    m.latency_sum_us = m.latency_sum_us.saturating_add(us);
+                }
+                // Release before answering: a retry that follows the answer must find the
+                // key done, not pending.
+                {
+                    let mut shard = shared.shard(&ck).lock();
+                    if let Submission::Executed(outcome) | Submission::Replayed(outcome) = &answer {
+                        shard.remember(&ck, fingerprint, outcome);
+                    }
+                    if shard.claims.get(&ck).is_some_and(|c| c.token == token) {
+                        shard.claims.remove(&ck);
+                    }
+                }
+                reply(Ok(answer));
+            }
+            Pending::Quarantine { reply, id } => reply(Ok(id)),
+            Pending::Sweep { reply, expired } => reply(Ok(expired)),
+            Pending::Barrier(tx) => {
+                let _ = tx.send(());
+            }
+        }
+    }
+}
+
+fn answer_all(shared: &Shared, answers: Vec<Pending>, e: &LedgerError) {
+    for answer in answers {
+        match answer {
+            Pending::Command {
+                ck, token, reply, ..
+            } => {
+                shared.release(&ck, token);
+                reply(Err(e.clone()));
+            }
+            Pending::Quarantine { reply, .. } => reply(Err(e.clone())),
+            Pending::Sweep { reply, .. } => reply(Err(e.clone())),
+            Pending::Barrier(tx) => {
+                let _ = tx.send(());
+            }
+        }
+    }
+}

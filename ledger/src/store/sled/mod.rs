@@ -1,0 +1,923 @@
+//! The sled store: the only module that touches sled. One committer thread owns every
+//! write: it gathers concurrent commands into one batch on one tree, decides each with the
+//! pure core, writes facts, key records and projections in one atomic `apply_batch`,
+//! flushes (plus an fdatasync), and only then answers. See ARCHITECTURE.md.
+//!
+//! - [`committer`]: the committer thread (deciding and staging batches) and the syncer
+//!   (flushing, publishing, answering).
+//! - [`keys`]: claims of keys in flight, the answers cache, and key listings.
+//! - [`records`]: the layout of the records in sled's tree.
+//! - [`verify`]: the online verify, while commits go on.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use crossbeam_channel::Sender;
+use parking_lot::{Mutex, RwLock};
+
+use crate::clock::{Clock, SystemClock};
+use crate::core::{self, Seen};
+use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId};
+use crate::fact::{DecodeError, Fact, Outcome};
+use crate::memory::{self, Limit, MemoryUse, balances_use, use_of};
+use crate::projection::{Balances, Observed, Stats};
+use crate::store::verify::VerifyReport;
+use crate::store::{
+    CommitMetrics, KeyInfo, KeyPage, KeyQuery, LedgerError, OpenReport, Quarantined, Rules, Store,
+    Submission,
+};
+
+// ---- crash points --------------------------------------------------------------------
+
+/// A named point at a commit boundary where a test can make the process die, to check that
+/// what was in flight there is all there or not there at all after reopening. With the
+/// `failpoints` feature a point is armed by `fail::cfg(name, "3*off->return")` (die at the
+/// fourth pass); without it the macro is nothing. The points: `commit.before_apply`,
+/// `commit.after_apply`, `sync.before_flush`, `sync.after_flush`.
+macro_rules! crash_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        if fail::eval($name, |_| ()).is_some() {
+            std::process::abort();
+        }
+    };
+}
+
+mod committer;
+mod keys;
+mod records;
+mod verify;
+
+use committer::{Committer, Request};
+use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, SHARDS, Shard};
+use records::{
+    Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, P_QUARANTINE, STATS_KEY, decode, decode_balance,
+    fact_key, io_err, quarantine_key, scoped_key, seq_of,
+};
+
+type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// How a ledger is opened.
+#[derive(Debug, Clone)]
+pub struct SledConfig {
+    pub path: PathBuf,
+    /// sled's page cache; its own default is 1 GiB, far more than a ledger needs.
+    pub cache_capacity_bytes: u64,
+    /// How long a done key keeps its stored response.
+    pub retention: Duration,
+    /// How long a claim on a key holds before another attempt may take it over.
+    pub lease: Duration,
+    /// fdatasync the data file after sled's flush (see ARCHITECTURE.md, durability).
+    pub fsync: bool,
+    /// The most commands one `apply_batch` takes. Staging waits for a busy syncer only
+    /// until this many; a sync then covers every batch applied meanwhile.
+    pub batch_max: usize,
+    /// `verify` reads the key records on a second thread while it folds the log: a fifth
+    /// faster on an idle machine, but on two cores that thread takes CPU from the
+    /// committer, whose slowest commit grew several times in the load bench. So a
+    /// serving ledger verifies on one thread and the offline `verify` command on two.
+    pub verify_in_parallel: bool,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl SledConfig {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            cache_capacity_bytes: 64 * 1024 * 1024,
+            retention: Duration::from_secs(24 * 3600),
+            lease: Duration::from_secs(10),
+            fsync: true,
+            batch_max: 2048,
+            verify_in_parallel: false,
+            clock: Arc::new(SystemClock),
+        }
+    }
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+}
+
+/// What readers see: only what is durable.
+#[derive(Debug, Default)]
+struct State {
+    balances: Balances,
+    stats: Stats,
+}
+
+struct Shared {
+    path: PathBuf,
+    db: sled::Db,
+    tree: sled::Tree,
+    data_file: Option<File>,
+    config: SledConfig,
+    rules: Rules,
+    shards: Vec<Mutex<Shard>>,
+    state: RwLock<State>,
+    durable_seq: AtomicU64,
+    next_token: AtomicU64,
+    replayed: AtomicU64,
+    conflicts_in_flight: AtomicU64,
+    conflicts_reused: AtomicU64,
+    /// Set on the first storage failure: from then on nothing is written until reopened,
+    /// because sled's memory may hold a batch whose flush failed.
+    failed: Mutex<Option<String>>,
+    /// Commit latency and batch sizes, for the metrics.
+    metrics: Mutex<CommitMetrics>,
+    /// Last, so that it drops after `db` and `tree`: see [`LockReleased`].
+    _released: LockReleased,
+}
+
+/// Waits, when dropped, until sled's lock on the folder is free again. Dropping sled's
+/// last handle does not quite release the folder: its last buffer writes and file
+/// truncations finish on sled's own I/O threads, which hold the data file (and with it the
+/// lock) a moment longer. A reopen in the same process right after the drop (a restart in
+/// tests, or after a storage failure) would then meet `Locked` now and then. Declared
+/// before the sled handles in `open` and after them in `Shared`, so that it drops after.
+struct LockReleased {
+    /// Set once sled holds the lock: a lock held by someone else is not ours to wait for.
+    data_file: Option<PathBuf>,
+}
+
+impl Drop for LockReleased {
+    fn drop(&mut self) {
+        use fs2::FileExt as _;
+        let Some(Ok(file)) = self.data_file.as_ref().map(File::open) else {
+            return;
+        };
+        // Bounded, so that a stuck sled thread cannot hang the drop: a reopen after the
+        // deadline answers `Locked`, which says what is wrong.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while file.try_lock_exclusive().is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Closing `file` releases the lock if it was taken.
+    }
+}
+
+/// Keeps the committer paused while alive.
+#[derive(Debug)]
+pub struct PauseGuard {
+    _tx: Sender<()>,
+}
+
+/// Called exactly once with the answer, from the committer thread (keep it short) or
+/// from the submitting thread when no write is needed.
+pub type Reply = Box<dyn FnOnce(Result<Submission>) + Send>;
+
+/// A handle to an open ledger. Cheap to clone; the committer stops on [`SledStore::shutdown`]
+/// or when the last handle is dropped.
+#[derive(Clone)]
+pub struct SledStore {
+    shared: Arc<Shared>,
+    tx: Sender<Request>,
+    committer: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for SledStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledStore")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+impl SledStore {
+    /// Opens (or creates) the ledger at `config.path`: recovers sled, checks the log tail
+    /// against the projections, and refuses to start on any disagreement. Never deletes.
+    pub fn open(config: SledConfig) -> Result<(SledStore, OpenReport)> {
+        let started = Instant::now();
+        let path = config.path.clone();
+        let shown = path.display().to_string();
+        // Dropped after `db`, also when opening fails below once sled has opened.
+        let mut released = LockReleased { data_file: None };
+        let db = sled::Config::new()
+            .path(&path)
+            .cache_capacity(config.cache_capacity_bytes)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(|e| open_err(&shown, e))?;
+        released.data_file = Some(path.join("db"));
+        let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
+        let corrupt = |detail: String| LedgerError::Corrupt {
+            path: shown.clone(),
+            detail,
+        };
+
+        let stats: Option<Stats> = match tree.get(STATS_KEY).map_err(|e| open_err(&shown, e))? {
+            None => None,
+            Some(v) => Some(decode("stats", &v).map_err(|e| corrupt(e.to_string()))?),
+        };
+        let last = tree
+            .scan_prefix([P_FACT])
+            .next_back()
+            .transpose()
+            .map_err(|e| open_err(&shown, e))?;
+        let last_fact = match &last {
+            None => None,
+            Some((k, v)) => {
+                let seq =
+                    seq_of(k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
+                Some(Fact::decode(seq, v).map_err(|e| corrupt(e.to_string()))?)
+            }
+        };
+        let fresh = stats.is_none();
+        let stats = stats.unwrap_or_default();
+        let tail = last_fact.as_ref().map_or(0, |f| f.seq);
+        if tail != stats.last_seq {
+            return Err(corrupt(format!(
+                "the log ends at seq {tail} but the projections were written at seq {}",
+                stats.last_seq
+            )));
+        }
+        if let Some(fact) = &last_fact {
+            let rec = tree
+                .get(scoped_key(P_KEY, &fact.client, fact.key.as_str()))
+                .map_err(|e| open_err(&shown, e))?
+                .ok_or_else(|| corrupt(format!("the last fact (seq {tail}) has no key record")))?;
+            let rec = KeyRecord::decode(&rec).map_err(|e| corrupt(e.to_string()))?;
+            if rec.seq != fact.seq {
+                return Err(corrupt(format!(
+                    "the last fact (seq {tail}) and its key record (seq {}) disagree",
+                    rec.seq
+                )));
+            }
+        }
+        let mut balances = Balances::default();
+        for item in tree.scan_prefix([P_ACCOUNT]) {
+            let (k, v) = item.map_err(|e| open_err(&shown, e))?;
+            let (account, currency, balance) =
+                decode_balance(&k, &v).ok_or_else(|| corrupt("an undecodable balance".into()))?;
+            balances
+                .accounts
+                .entry(account)
+                .or_default()
+                .insert(currency, balance);
+        }
+        for (currency, sum) in balances.sums() {
+            if sum != 0 {
+                return Err(corrupt(format!(
+                    "balances in {currency} sum to {sum}, not 0"
+                )));
+            }
+        }
+        let data_file = if config.fsync {
+            Some(File::open(path.join("db")).map_err(|e| {
+                LedgerError::Unavailable(format!("opening the data file for fdatasync: {e}"))
+            })?)
+        } else {
+            None
+        };
+        let report = OpenReport {
+            fresh,
+            facts: stats.last_seq,
+            keys_done: stats.keys_done,
+            keys_expired: stats.keys_expired,
+            accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
+            last_fact_at: last_fact.as_ref().map(|f| f.at.to_rfc3339()),
+            open_ms: started.elapsed().as_millis(),
+        };
+        let observed = stats.observed;
+        let shared = Arc::new(Shared {
+            path,
+            db,
+            tree,
+            data_file,
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            durable_seq: AtomicU64::new(stats.last_seq),
+            next_token: AtomicU64::new(1),
+            replayed: AtomicU64::new(observed.replayed),
+            conflicts_in_flight: AtomicU64::new(observed.conflicts_in_flight),
+            conflicts_reused: AtomicU64::new(observed.conflicts_reused),
+            state: RwLock::new(State { balances, stats }),
+            failed: Mutex::new(None),
+            metrics: Mutex::new(CommitMetrics::default()),
+            rules: Rules {
+                retention: config.retention,
+                lease: config.lease,
+                clock: config.clock.clone(),
+            },
+            config,
+            _released: released,
+        });
+        if fresh {
+            // Write the stats record now, so that a later open can tell a new ledger from
+            // one whose stats vanished.
+            let committer = Committer::new(shared.clone());
+            committer
+                .write_stats_now()
+                .map_err(|e| open_err_l(&shown, e))?;
+        }
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let committer_shared = shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("idem-committer".into())
+            .spawn(move || Committer::new(committer_shared).run(rx))
+            .map_err(|e| LedgerError::Unavailable(format!("starting the committer: {e}")))?;
+        Ok((
+            SledStore {
+                shared,
+                tx,
+                committer: Arc::new(Mutex::new(Some(handle))),
+            },
+            report,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    pub fn config(&self) -> &SledConfig {
+        &self.shared.config
+    }
+
+    pub(crate) fn rules_ref(&self) -> &Rules {
+        &self.shared.rules
+    }
+
+    /// Submits a command and waits for its durable answer.
+    pub fn submit(&self, client: &ClientId, key: &Key, command: Command) -> Result<Submission> {
+        wait_for(|reply| self.submit_with(client, key, command, None, reply))
+    }
+
+    /// Submits a message through the inbox: deduplicated by its id in the same commit as
+    /// its effect, and by its key like any command.
+    pub fn deliver(
+        &self,
+        message_id: &MessageId,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+    ) -> Result<Submission> {
+        wait_for(|reply| self.submit_with(client, key, command, Some(message_id.clone()), reply))
+    }
+
+    /// Submits without waiting: `reply` is called once with the answer. This is the
+    /// entry point for async callers, which complete a future from the reply.
+    pub fn submit_with(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+        reply: Reply,
+    ) {
+        let shared = &self.shared;
+        if let Some(reason) = shared.failed.lock().clone() {
+            return reply(Err(LedgerError::Unavailable(reason)));
+        }
+        let fingerprint = command.fingerprint();
+        let now = shared.config.clock.now();
+        let ck = (client.clone(), key.clone());
+        let mut shard = shared.shard(&ck).lock();
+        let live = shard.claims.get(&ck).map(|claim| {
+            let ends = claim
+                .claimed_at
+                .saturating_add_ms(duration_ms(shared.config.lease));
+            (claim.fingerprint, ends)
+        });
+        // What the key durably holds answers a repeat of its own command (a replay) and
+        // refuses another (reused). A message is never decided here: its id must reach the
+        // committer, to be checked against the inbox before its key and recorded with its
+        // answer.
+        let answer = match live {
+            // A live claim. What the key durably holds decides, not the claim: a claim of
+            // another command may be an intruder on a key already done with this one (an
+            // inbox message reusing the key, or a takeover), and a claim of this very
+            // command may be a replay on its way through the committer (a done key whose
+            // answer had left the cache), so a true retry is answered meanwhile instead of
+            // being refused or told 409. Only a key that holds nothing durable yet is in
+            // flight. This reads the key on the caller's thread, but only for an arrival
+            // that meets a live claim (a duplicate in flight), never for a first attempt.
+            Some((claimed, ends)) if now < ends => {
+                let left = u64::try_from(ends.millis() - now.millis()).unwrap_or(0);
+                // Retry-After is in whole seconds; the commit usually takes milliseconds.
+                let in_flight = Submission::InProgress {
+                    retry_after: Duration::from_millis(left.clamp(1, 1000))
+                        .max(Duration::from_secs(1)),
+                };
+                // A message comes again instead: refusing it here for the key would report
+                // a reused message id as a reused key.
+                Some(if message.is_some() {
+                    Ok(in_flight)
+                } else {
+                    match shared.held(&shard, &ck) {
+                        Err(e) => Err(e),
+                        Ok(Some((stored, held))) if stored == fingerprint => match held {
+                            Held::Cached(_) | Held::Logged(_) => {
+                                shared.replay(&mut shard, &ck, stored, held)
+                            }
+                            // Done with this command but not flushed yet (a takeover while the
+                            // first attempt's batch is in flight): come again.
+                            _ => Ok(in_flight),
+                        },
+                        Ok(Some(_)) => Ok(Submission::Reused),
+                        Ok(None) if claimed == fingerprint => Ok(in_flight),
+                        Ok(None) => Ok(Submission::Reused),
+                    }
+                })
+            }
+            // The lease ran out: take the claim over. The committer decides whether the
+            // key is done by now, so this arrival cannot cause a second effect.
+            Some(_) => None,
+            // No claim: the key is new or durably done (claims are released only after
+            // the flush), so a cached answer may be given from here. A key not in the
+            // cache goes to the committer, which reads it between its writes: read here,
+            // sled's reads wait on the global lock every batch write holds, and most keys
+            // that miss the cache are new.
+            None if message.is_none() => match shard.answers.get(&ck).cloned() {
+                None => None,
+                Some((stored, _)) if core::classify(Some(stored), fingerprint) == Seen::Reused => {
+                    Some(Ok(Submission::Reused))
+                }
+                Some((_, outcome)) => Some(Ok(Submission::Replayed(outcome))),
+            },
+            None => None,
+        };
+        if let Some(answer) = answer {
+            let counter = match &answer {
+                Ok(Submission::Replayed(_)) => Some(&shared.replayed),
+                Ok(Submission::Reused) => Some(&shared.conflicts_reused),
+                Ok(Submission::InProgress { .. }) => Some(&shared.conflicts_in_flight),
+                _ => None,
+            };
+            if let Some(counter) = counter {
+                shard.note(&ck, matches!(answer, Ok(Submission::Replayed(_))));
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            drop(shard);
+            return reply(answer);
+        }
+        let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
+        shard.claims.insert(
+            ck,
+            Claim {
+                fingerprint,
+                token,
+                claimed_at: now,
+                command: command.clone(),
+            },
+        );
+        drop(shard);
+        let request = Request::Command {
+            client: client.clone(),
+            key: key.clone(),
+            command,
+            fingerprint,
+            token,
+            message,
+            arrived: Instant::now(),
+            reply,
+        };
+        if let Err(crossbeam_channel::SendError(Request::Command {
+            client,
+            key,
+            token,
+            reply,
+            ..
+        })) = self.tx.send(request)
+        {
+            shared.release(&(client, key), token);
+            reply(Err(LedgerError::Closed));
+        }
+    }
+
+    /// Keeps an inbox message that could not be applied, with the reason, durably.
+    pub fn quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: &[u8],
+    ) -> Result<u64> {
+        let mut text = String::from_utf8_lossy(payload).into_owned();
+        if text.len() > 4096 {
+            let mut cut = 4096;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        wait_for(|reply| {
+            self.request(Request::Quarantine {
+                message_id,
+                reason,
+                payload: text,
+                reply,
+            });
+        })
+    }
+
+    /// The quarantined messages with ids above `after`, oldest first, at most `limit`.
+    pub fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
+        let from = quarantine_key(after.saturating_add(1));
+        let range = from..=quarantine_key(u64::MAX);
+        self.decode_quarantined(self.shared.tree.range(range).take(limit))
+    }
+
+    /// The newest `limit` quarantined messages, newest first.
+    pub fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        let records = self
+            .shared
+            .tree
+            .scan_prefix([P_QUARANTINE])
+            .rev()
+            .take(limit);
+        self.decode_quarantined(records)
+    }
+
+    fn decode_quarantined(
+        &self,
+        records: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    ) -> Result<Vec<Quarantined>> {
+        let mut out = Vec::new();
+        for item in records {
+            let (_, v) = item.map_err(io_err)?;
+            out.push(decode("quarantine", &v).map_err(|e| self.shared.corrupt(e))?);
+        }
+        Ok(out)
+    }
+
+    /// Expires the stored responses of done keys older than the retention, as of the
+    /// clock's now. Returns how many keys expired.
+    pub fn sweep(&self) -> Result<usize> {
+        wait_for(|reply| self.request(Request::Sweep { reply }))
+    }
+
+    /// Rebuilds every projection from the log and checks the guarantees, while commits
+    /// go on: the log up to the durable seq is read with no lock, and one short step
+    /// between two batches checks what was written meanwhile (see `verify_online`).
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let parallel = self.shared.config.verify_in_parallel;
+        verify::verify_online(
+            &self.shared.tree,
+            parallel,
+            &|| self.durable_seq(),
+            &|step| wait_for(|reply| self.request(Request::Verify { step, reply })),
+        )
+    }
+
+    /// Queues a request for the committer. If it has stopped, the request (and its reply)
+    /// is dropped, which its waiter reads as `Closed`.
+    fn request(&self, request: Request) {
+        let _ = self.tx.send(request);
+    }
+
+    /// Stops the committer after what was submitted before, until the guard is dropped:
+    /// commands submitted meanwhile stay pending. For tests of in-flight duplicates and
+    /// lease takeover, and for taking a consistent copy of the folder.
+    pub fn pause(&self) -> PauseGuard {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        let _ = self.tx.send(Request::Pause(rx));
+        PauseGuard { _tx: tx }
+    }
+
+    /// Finishes and flushes everything submitted before, then stops the committer.
+    /// Later submissions answer [`LedgerError::Closed`].
+    pub fn shutdown(&self) {
+        let _ = self.tx.send(Request::Shutdown);
+        if let Some(handle) = self.committer.lock().take() {
+            let _ = handle.join();
+        }
+    }
+
+    // ---- reads ---------------------------------------------------------------------
+
+    /// The sequence number of the last durable fact.
+    pub fn durable_seq(&self) -> u64 {
+        self.shared.durable_seq.load(Ordering::Acquire)
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut stats = self.shared.state.read().stats.clone();
+        stats.observed = self.shared.observed();
+        stats
+    }
+
+    pub fn commit_metrics(&self) -> CommitMetrics {
+        self.shared.metrics.lock().clone()
+    }
+
+    /// What this store keeps in memory besides sled's page cache, structure by structure;
+    /// the page cache is bounded by [`SledConfig::cache_capacity_bytes`].
+    pub fn memory(&self) -> Vec<MemoryUse> {
+        type Ck = (ClientId, Key);
+        let shards = SHARDS as u64;
+        let answers_max = shards * ANSWERS_PER_SHARD as u64;
+        let activity_max = shards * ACTIVITY_PER_SHARD as u64;
+        let answer_slot = std::mem::size_of::<(Ck, (Fingerprint, Outcome))>();
+        let activity_slot = std::mem::size_of::<(Ck, (u32, u32))>();
+        let mut claims = use_of("claims", Limit::InFlight, None);
+        // An answer owns the key's client and name, the receipt's key, and an account
+        // (or a withdrawal's key) in the command and the receipt.
+        let mut answers = use_of(
+            "answers",
+            Limit::Entries(answers_max),
+            Some(memory::at_limit(answers_max, answer_slot, 5)),
+        );
+        let mut activity = use_of(
+            "activity",
+            Limit::Entries(activity_max),
+            Some(memory::at_limit(activity_max, activity_slot, 2)),
+        );
+        for shard in &self.shared.shards {
+            let shard = shard.lock();
+            for (ck, claim) in &shard.claims {
+                claims.entries += 1;
+                claims.bytes += memory::slot(std::mem::size_of::<(Ck, Claim)>())
+                    + memory::key_heap(&ck.0, &ck.1)
+                    + memory::command_heap(&claim.command);
+            }
+            for (ck, (_, outcome)) in &shard.answers {
+                answers.entries += 1;
+                answers.bytes += memory::slot(answer_slot)
+                    + memory::key_heap(&ck.0, &ck.1)
+                    + memory::outcome_heap(outcome);
+            }
+            for ck in shard.activity.keys() {
+                activity.entries += 1;
+                activity.bytes += memory::slot(activity_slot) + memory::key_heap(&ck.0, &ck.1);
+            }
+        }
+        let cache = self.shared.config.cache_capacity_bytes;
+        let page_cache = MemoryUse {
+            structure: "page_cache",
+            entries: 0,
+            limit: Limit::Bytes(cache),
+            bytes: cache,
+            bound_bytes: None,
+        };
+        let balances = balances_use(&self.shared.state.read().balances);
+        vec![claims, answers, activity, balances, page_cache]
+    }
+
+    /// Balances of one account, per currency (system accounts may hold several).
+    pub fn account(&self, account: &Account) -> Option<BTreeMap<Currency, i128>> {
+        self.shared
+            .state
+            .read()
+            .balances
+            .accounts
+            .get(account)
+            .cloned()
+    }
+
+    pub fn balances(&self) -> Balances {
+        self.shared.state.read().balances.clone()
+    }
+
+    /// Facts with `seq > after`, in order, at most `limit`, durable ones only.
+    pub fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        let durable = self.durable_seq();
+        let mut out = Vec::new();
+        let start = fact_key(after.saturating_add(1));
+        for item in self
+            .shared
+            .tree
+            .range(start..=fact_key(durable))
+            .take(limit)
+        {
+            let (k, v) = item.map_err(io_err)?;
+            let seq = seq_of(&k)
+                .ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
+            out.push(Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?);
+        }
+        Ok(out)
+    }
+
+    pub fn fact(&self, seq: u64) -> Result<Option<Fact>> {
+        self.shared.fact(seq)
+    }
+
+    /// Bytes on disk of the ledger's folder.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        self.shared.db.size_on_disk().map_err(io_err)
+    }
+
+    /// The reason the ledger stopped writing, if it did.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failed.lock().clone()
+    }
+}
+
+impl Drop for SledStore {
+    /// The last handle closes the ledger deterministically, so that the folder can be
+    /// reopened as soon as the drop returns.
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.committer) == 1 {
+            self.shutdown();
+        }
+    }
+}
+
+/// Calls `start` with a reply callback and waits for the answer: the blocking face of
+/// every callback-based entry point. A reply dropped unanswered (the committer stopped)
+/// reads as `Closed`.
+fn wait_for<T: Send + 'static>(start: impl FnOnce(Box<dyn FnOnce(Result<T>) + Send>)) -> Result<T> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    start(Box::new(move |r| {
+        let _ = tx.send(r);
+    }));
+    rx.recv().unwrap_or(Err(LedgerError::Closed))
+}
+
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn open_err(path: &str, e: sled::Error) -> LedgerError {
+    match e {
+        sled::Error::Corruption { .. } => LedgerError::Corrupt {
+            path: path.to_owned(),
+            detail: format!("sled reports {e}"),
+        },
+        sled::Error::Io(ref io)
+            if io.kind() == std::io::ErrorKind::WouldBlock || io.to_string().contains("lock") =>
+        {
+            LedgerError::Locked {
+                path: path.to_owned(),
+            }
+        }
+        other => LedgerError::Unavailable(format!("opening {path}: {other}")),
+    }
+}
+
+fn open_err_l(path: &str, e: LedgerError) -> LedgerError {
+    match e {
+        LedgerError::Unavailable(m) => LedgerError::Unavailable(format!("opening {path}: {m}")),
+        other => other,
+    }
+}
+
+impl Shared {
+    fn corrupt(&self, e: DecodeError) -> LedgerError {
+        LedgerError::Corrupt {
+            path: self.path.display().to_string(),
+            detail: e.to_string(),
+        }
+    }
+
+    fn observed(&self) -> Observed {
+        Observed {
+            replayed: self.replayed.load(Ordering::Relaxed),
+            conflicts_in_flight: self.conflicts_in_flight.load(Ordering::Relaxed),
+            conflicts_reused: self.conflicts_reused.load(Ordering::Relaxed),
+        }
+    }
+
+    fn fact(&self, seq: u64) -> Result<Option<Fact>> {
+        match self.tree.get(fact_key(seq)).map_err(io_err)? {
+            None => Ok(None),
+            Some(v) => Ok(Some(Fact::decode(seq, &v).map_err(|e| self.corrupt(e))?)),
+        }
+    }
+
+    /// The key's answer, rendered from its fact.
+    fn stored_outcome(&self, seq: u64) -> Result<Outcome> {
+        let fact = self.fact(seq)?.ok_or_else(|| {
+            self.corrupt(DecodeError::new(
+                "key record",
+                format!("its fact {seq} is missing"),
+            ))
+        })?;
+        Ok(Outcome::from_fact(&fact))
+    }
+
+    fn fail(&self, reason: String) -> LedgerError {
+        let mut failed = self.failed.lock();
+        if failed.is_none() {
+            *failed = Some(reason.clone());
+        }
+        LedgerError::Unavailable(reason)
+    }
+}
+
+/// Runs blocking sled work off the async threads when a runtime is there to take it.
+async fn off_thread<T: Send + 'static>(
+    ledger: &SledStore,
+    f: impl FnOnce(&SledStore) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let ledger = ledger.clone();
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle
+            .spawn_blocking(move || f(&ledger))
+            .await
+            .unwrap_or(Err(LedgerError::Closed)),
+        Err(_) => f(&ledger),
+    }
+}
+
+#[async_trait]
+impl Store for SledStore {
+    fn kind(&self) -> &'static str {
+        "sled"
+    }
+    fn location(&self) -> String {
+        self.path().display().to_string()
+    }
+    fn rules(&self) -> &Rules {
+        self.rules_ref()
+    }
+
+    async fn submit(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.submit_with(
+            client,
+            key,
+            command,
+            message,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.await.unwrap_or(Err(LedgerError::Closed))
+    }
+    async fn quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: Vec<u8>,
+    ) -> Result<u64> {
+        off_thread(self, move |l| l.quarantine(message_id, reason, &payload)).await
+    }
+    async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
+        SledStore::quarantined(self, after, limit)
+    }
+    async fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        SledStore::quarantined_newest(self, limit)
+    }
+    async fn sweep(&self) -> Result<usize> {
+        off_thread(self, SledStore::sweep).await
+    }
+    async fn verify(&self) -> Result<VerifyReport> {
+        off_thread(self, SledStore::verify).await
+    }
+    async fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>> {
+        SledStore::key(self, client, key)
+    }
+    async fn keys(&self, q: KeyQuery) -> Result<KeyPage> {
+        let after = q.after.as_ref().map(|(c, k)| (c, k));
+        SledStore::keys(self, q.status, q.client.as_ref(), after, q.limit)
+    }
+    async fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        SledStore::facts(self, after, limit)
+    }
+    async fn fact(&self, seq: u64) -> Result<Option<Fact>> {
+        SledStore::fact(self, seq)
+    }
+    async fn balances(&self) -> Result<Balances> {
+        Ok(SledStore::balances(self))
+    }
+    async fn account(&self, account: &Account) -> Result<Option<BTreeMap<Currency, i128>>> {
+        Ok(SledStore::account(self, account))
+    }
+    async fn stats(&self) -> Result<Stats> {
+        Ok(SledStore::stats(self))
+    }
+    fn pending(&self) -> Vec<KeyInfo> {
+        SledStore::pending(self)
+    }
+    fn durable_seq(&self) -> u64 {
+        SledStore::durable_seq(self)
+    }
+    fn commit_metrics(&self) -> CommitMetrics {
+        SledStore::commit_metrics(self)
+    }
+    fn memory(&self) -> Vec<crate::memory::MemoryUse> {
+        SledStore::memory(self)
+    }
+    async fn size_on_disk(&self) -> Result<u64> {
+        SledStore::size_on_disk(self)
+    }
+    fn failure(&self) -> Option<String> {
+        SledStore::failure(self)
+    }
+    async fn shutdown(&self) {
+        let _ = off_thread(self, |l| {
+            l.shutdown();
+            Ok(())
+        })
+        .await;
+    }
+}
