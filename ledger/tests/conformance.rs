@@ -63,13 +63,25 @@ impl Env {
     /// [`Env::open`], with the sled store's own handle too, for what only it offers
     /// (holding its committer); `None` on PostgreSQL.
     async fn open_with_handle(&self) -> (Arc<dyn Store>, Option<SledStore>) {
+        self.open_waiting(None).await
+    }
+
+    /// [`Env::open_with_handle`], with the store's wait for a twin in flight set to
+    /// `in_flight_wait` (each store's default when `None`).
+    async fn open_waiting(
+        &self,
+        in_flight_wait: Option<Duration>,
+    ) -> (Arc<dyn Store>, Option<SledStore>) {
         let rules = self.rules();
         match &self.backing {
             Backing::Sled(dir) => {
-                let config = SledConfig::new(dir.path().join("ledger"))
+                let mut config = SledConfig::new(dir.path().join("ledger"))
                     .clock(rules.clock)
                     .retention(rules.retention)
                     .lease(rules.lease);
+                if let Some(wait) = in_flight_wait {
+                    config = config.in_flight_wait(wait);
+                }
                 let (ledger, _) = tokio::task::spawn_blocking(move || SledStore::open(config))
                     .await
                     .unwrap()
@@ -77,9 +89,11 @@ impl Env {
                 (Arc::new(ledger.clone()), Some(ledger))
             }
             Backing::Pg(db) => {
-                let (store, _) = PgStore::open(&db.url, rules, PgConfig::default())
-                    .await
-                    .unwrap();
+                let mut config = PgConfig::default();
+                if let Some(wait) = in_flight_wait {
+                    config = config.in_flight_wait(wait);
+                }
+                let (store, _) = PgStore::open(&db.url, rules, config).await.unwrap();
                 (Arc::new(store), None)
             }
         }
@@ -155,6 +169,7 @@ conformance!(
     two_workers_on_one_store_make_one_effect_per_key,
     retries_of_a_done_key_are_replayed_while_a_twin_holds_a_claim,
     a_refund_of_a_withdrawal_in_flight_is_in_progress_until_it_is_decided,
+    a_twin_during_the_first_attempt_gets_the_replay_after_a_short_wait,
     a_reused_message_id_is_quarantined_while_its_key_is_claimed,
 );
 
@@ -1072,6 +1087,61 @@ async fn refund_held_on_postgres(store: &Arc<dyn Store>, url: &str) -> (Submissi
     let refund_answer = submit(store, "r-1", refund("w-1", 30)).await;
     locker.batch_execute("COMMIT").await.unwrap();
     (refund_answer, withdrawal.await.unwrap())
+}
+
+/// A twin (the same key and command, on the same store) that arrives while the first
+/// attempt is in flight is not told 409 at once: the store waits a bounded time for the
+/// first's durable answer and gives the twin its replay. The first attempt is held a
+/// moment (sled: its committer paused; PostgreSQL: alice's row locked by another session)
+/// while the twin arrives, well within the wait.
+async fn a_twin_during_the_first_attempt_gets_the_replay_after_a_short_wait(env: &Env) {
+    let (store, ledger) = env.open_waiting(Some(Duration::from_secs(10))).await;
+    executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+    let hold = match (&env.backing, &ledger) {
+        (Backing::Sled(_), Some(ledger)) => Hold::Committer(ledger.pause()),
+        (Backing::Pg(db), _) => {
+            let locker = session(&db.url).await;
+            locker
+                .batch_execute(
+                    "BEGIN; SELECT * FROM idem.accounts WHERE account = 'alice' FOR UPDATE",
+                )
+                .await
+                .unwrap();
+            Hold::Row(locker)
+        }
+        (Backing::Sled(_), None) => unreachable!(),
+    };
+    let spawn_w1 = || {
+        let store = store.clone();
+        tokio::spawn(async move { submit(&store, "w-1", withdraw("alice", 100, rub())).await })
+    };
+    let first = spawn_w1();
+    while store.pending().is_empty() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let twin = spawn_w1();
+    // The twin meets the first's claim and waits; nothing is answered while held.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!first.is_finished() && !twin.is_finished());
+    match hold {
+        Hold::Committer(pause) => drop(pause),
+        Hold::Row(locker) => locker.batch_execute("COMMIT").await.unwrap(),
+    }
+    let first = executed(first.await.unwrap());
+    let twin = replayed(twin.await.unwrap());
+    assert_eq!(body(&twin), body(&first));
+    assert_eq!(applied(&first).balance, 400);
+    assert_eq!(fact_count(&store).await, 2);
+    assert_eq!(store.stats().await.unwrap().observed.conflicts_in_flight, 0);
+    assert_verified(&store).await;
+    drop(ledger);
+    close(store).await;
+}
+
+/// What holds the first attempt of a key in flight.
+enum Hold {
+    Committer(PauseGuard),
+    Row(tokio_postgres::Client),
 }
 
 async fn session(url: &str) -> tokio_postgres::Client {

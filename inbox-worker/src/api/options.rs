@@ -81,6 +81,7 @@ impl ServeConfig {
             .retention(self.retention)
             .lease(self.lease);
         c.cache_capacity_bytes = self.cache_bytes;
+        c.in_flight_wait = self.api.in_flight_wait;
         c
     }
 }

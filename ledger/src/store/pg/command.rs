@@ -2,6 +2,10 @@
 //! per attempt (claim, decide, apply, commit), and the retries.
 
 // The store's helpers (errors, conversions, claims) and what it imports.
+use std::pin::Pin;
+
+use tokio::sync::futures::OwnedNotified;
+
 use super::*;
 // Statements of the command path, prepared once per connection (deadpool's cache) so
 // they can be pipelined. The first four are functions of `v3.sql`, `v2.sql` and `v5.sql`.
@@ -191,8 +195,10 @@ impl Drop for Flight<'_> {
     fn drop(&mut self) {
         if let Some(token) = self.token {
             let mut claims = self.inner.claims.lock();
-            if claims.get(&self.ck).is_some_and(|c| c.token == token) {
-                claims.remove(&self.ck);
+            if claims.get(&self.ck).is_some_and(|c| c.token == token)
+                && let Some(released) = claims.remove(&self.ck).and_then(|c| c.released)
+            {
+                released.notify_waiters();
             }
         }
         if self.inner.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
@@ -202,6 +208,10 @@ impl Drop for Flight<'_> {
 }
 
 impl PgStore {
+    /// One submission: the key claimed in this process, then attempts of one transaction
+    /// each until one answers. An arrival that meets a twin of its own command in flight
+    /// here waits for the twin's claim (up to `PgConfig::in_flight_wait`, on its task, with
+    /// no lock held) and tries once more, so the twin's retry gets the replay, not a 409.
     pub(super) async fn submit_command(
         &self,
         client: &ClientId,
@@ -221,87 +231,133 @@ impl PgStore {
             return Err(LedgerError::Closed);
         }
         let fingerprint = command.fingerprint();
-        let now = inner.rules.clock.now();
-        let live = {
-            let mut claims = inner.claims.lock();
-            match claims.get(&ck) {
-                Some(claim) if now < claim.since.saturating_add_ms(ms_i64(inner.rules.lease)) => {
-                    Some(claim.fingerprint)
-                }
-                // No claim, or one past its lease: the database decides (the server has
-                // ended a session that hung that long, so its claim is gone).
-                _ => {
-                    let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
-                    claims.insert(
-                        ck.clone(),
-                        Claim {
-                            fingerprint,
-                            token,
-                            since: now,
-                            command: command.clone(),
-                        },
-                    );
-                    flight.token = Some(token);
-                    None
+        let wait = inner.options.in_flight_wait;
+        let mut may_wait = !wait.is_zero();
+        while let Some((claimed, released)) = self.claim(&mut flight, fingerprint, &command) {
+            let answer = self
+                .answer_under_claim(&ck, claimed, fingerprint, message.is_some(), may_wait)
+                .await?;
+            match answer {
+                Some(answer) => return Ok(answer),
+                None => {
+                    let _ = tokio::time::timeout(wait, released).await;
+                    may_wait = false;
                 }
             }
-        };
-        if let Some(claimed) = live {
-            return self
-                .answer_under_claim(&ck, claimed, fingerprint, message.is_some())
-                .await;
         }
         let started = Instant::now();
+        let answer = self
+            .attempts(client, key, &command, fingerprint, message.as_ref())
+            .await;
+        self.record_latency(started);
+        drop(flight);
+        answer
+    }
+
+    /// Claims the key in this process (`None`), or finds the live claim of a twin and
+    /// returns its fingerprint with a wake-up for its release, registered before the
+    /// claims' lock is let go so that no release is missed.
+    fn claim(
+        &self,
+        flight: &mut Flight<'_>,
+        fingerprint: Fingerprint,
+        command: &Command,
+    ) -> Option<(Fingerprint, Pin<Box<OwnedNotified>>)> {
+        let inner = &*self.inner;
+        let now = inner.rules.clock.now();
+        let mut claims = inner.claims.lock();
+        match claims.get_mut(&flight.ck) {
+            Some(claim) if now < claim.since.saturating_add_ms(ms_i64(inner.rules.lease)) => {
+                let released = claim.released.get_or_insert_with(Default::default).clone();
+                let mut notified = Box::pin(released.notified_owned());
+                notified.as_mut().enable();
+                Some((claim.fingerprint, notified))
+            }
+            // No claim, or one past its lease: the database decides (the server has
+            // ended a session that hung that long, so its claim is gone).
+            _ => {
+                let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
+                let old = claims.insert(
+                    flight.ck.clone(),
+                    Claim {
+                        fingerprint,
+                        token,
+                        since: now,
+                        command: command.clone(),
+                        released: None,
+                    },
+                );
+                if let Some(released) = old.and_then(|c| c.released) {
+                    released.notify_waiters();
+                }
+                flight.token = Some(token);
+                None
+            }
+        }
+    }
+
+    /// Runs the command's transaction, again after a retryable abort, within the
+    /// attempt deadline each.
+    async fn attempts(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: &Command,
+        fingerprint: Fingerprint,
+        message: Option<&MessageId>,
+    ) -> Result<Submission> {
         let deadline = self.attempt_deadline();
         let mut attempt = 0;
-        let answer = loop {
-            let run = self.execute(client, key, &command, fingerprint, message.as_ref());
+        loop {
+            let run = self.execute(client, key, command, fingerprint, message);
             match tokio::time::timeout(deadline, run).await {
                 Err(_) => {
-                    break Err(LedgerError::Unavailable(format!(
+                    return Err(LedgerError::Unavailable(format!(
                         "PostgreSQL did not answer within {deadline:?}; the command may or \
                          may not be recorded: retry with the same key"
                     )));
                 }
-                Ok(Ok(answer)) => break Ok(answer),
+                Ok(Ok(answer)) => return Ok(answer),
                 Ok(Err(Abort::InFlight)) => {
-                    inner.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
-                    self.note(&ck, false);
-                    break Ok(Submission::InProgress {
+                    self.inner
+                        .conflicts_in_flight
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.note(&(client.clone(), key.clone()), false);
+                    return Ok(Submission::InProgress {
                         retry_after: RETRY_AFTER,
                     });
                 }
                 Ok(Err(Abort::Retry(why))) => {
                     attempt += 1;
                     if attempt > RETRIES {
-                        break Err(LedgerError::Unavailable(format!(
+                        return Err(LedgerError::Unavailable(format!(
                             "gave up after {RETRIES} retries: {why}"
                         )));
                     }
                     tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
                 }
-                Ok(Err(Abort::Fail(e))) => break Err(e),
+                Ok(Err(Abort::Fail(e))) => return Err(e),
             }
-        };
-        self.record_latency(started);
-        drop(flight);
-        answer
+        }
     }
 
     /// An arrival that meets a live claim of this process on its key (a twin running
     /// here). What the key durably holds decides, as on sled, not the claim: the claim may
     /// be a retry of a key done long ago on its way through the database, or another
     /// command under a done key, and a true retry is then answered with its replay rather
-    /// than told 409 or refused. Only a key with nothing committed is in flight. One read
-    /// of the key's row, without its lock: a done row never changes its answer, and
-    /// waiting on the twin's lock would turn a slow replay into a 409.
+    /// than told 409 or refused. Only a key with nothing committed is in flight: with
+    /// `may_wait` that answer is not given (`None`, nothing counted), for the caller to
+    /// wait for the twin. One read of the key's row, without its lock: a done row never
+    /// changes its answer, and waiting on the twin's lock would turn a slow replay into a
+    /// 409.
     pub(super) async fn answer_under_claim(
         &self,
         ck: &(ClientId, Key),
         claimed: Fingerprint,
         fingerprint: Fingerprint,
         message: bool,
-    ) -> Result<Submission> {
+        may_wait: bool,
+    ) -> Result<Option<Submission>> {
         let inner = &*self.inner;
         let in_flight = Submission::InProgress {
             retry_after: RETRY_AFTER,
@@ -327,11 +383,12 @@ impl PgStore {
         let counter = match &answer {
             Submission::Replayed(_) => &inner.replayed,
             Submission::Reused => &inner.conflicts_reused,
+            _ if may_wait => return Ok(None),
             _ => &inner.conflicts_in_flight,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         self.note(ck, matches!(answer, Submission::Replayed(_)));
-        Ok(answer)
+        Ok(Some(answer))
     }
 
     /// Whether this process holds a live claim on the key: a command of it is under way.

@@ -177,6 +177,9 @@ struct Claim {
     token: u64,
     since: Timestamp,
     command: Command,
+    /// Wakes the twins of this process that wait for this claim (see `submit_command`);
+    /// set by the first such twin, so most claims cost no allocation.
+    released: Option<Arc<tokio::sync::Notify>>,
 }
 
 struct Inner {

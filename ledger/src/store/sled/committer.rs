@@ -778,9 +778,7 @@ fn publish(shared: &Shared, applied: Applied) {
                     if let Submission::Executed(outcome) | Submission::Replayed(outcome) = &answer {
                         shard.remember(&ck, fingerprint, outcome);
                     }
-                    if shard.claims.get(&ck).is_some_and(|c| c.token == token) {
-                        shard.claims.remove(&ck);
-                    }
+                    shard.unclaim(&ck, token);
                 }
                 reply(Ok(answer));
             }

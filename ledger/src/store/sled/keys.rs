@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::domain::{ClientId, Command, Fingerprint, Key, Timestamp};
 use crate::fact::{DecodeError, Outcome};
@@ -25,6 +26,64 @@ pub(super) struct Claim {
     pub(super) token: u64,
     pub(super) claimed_at: Timestamp,
     pub(super) command: Command,
+    /// Set by the first twin that waits for this claim (see [`Released`]); most claims
+    /// never meet a twin, so most cost no allocation.
+    pub(super) released: Option<Arc<Released>>,
+}
+
+impl Claim {
+    /// Wakes the twins waiting for this claim: it is gone (answered, failed, or taken
+    /// over). Called under the shard's lock, where the claim leaves the map.
+    pub(super) fn wake(&self) {
+        if let Some(released) = &self.released {
+            released.release();
+        }
+    }
+}
+
+/// What a twin waits on: an arrival that meets a live claim of its own command waits (up
+/// to `SledConfig::in_flight_wait`) until the claim is released, then tries again and
+/// finds the key's durable answer. The claim is released under the shard's lock after
+/// the answer is remembered there and before it is given, so a woken twin reads the
+/// answer from the cache. Neither the committer nor the shard's lock waits for a twin:
+/// the twin waits on its own thread (blocking callers) or task (async callers).
+#[derive(Debug, Default)]
+pub(super) struct Released {
+    done: Mutex<bool>,
+    for_threads: Condvar,
+    for_tasks: tokio::sync::Notify,
+}
+
+impl Released {
+    fn release(&self) {
+        *self.done.lock() = true;
+        self.for_threads.notify_all();
+        self.for_tasks.notify_waiters();
+    }
+
+    /// Waits on the calling thread until released or `wait` has passed.
+    pub(super) fn wait_blocking(&self, wait: Duration) {
+        let mut done = self.done.lock();
+        let _ = self
+            .for_threads
+            .wait_while_for(&mut done, |done| !*done, wait);
+    }
+
+    /// Waits without holding a thread until released or `wait` has passed; on the
+    /// calling thread when no tokio runtime is there to time the wait.
+    pub(super) async fn wait(&self, wait: Duration) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return self.wait_blocking(wait);
+        }
+        let notified = self.for_tasks.notified();
+        tokio::pin!(notified);
+        // Registered before the flag is read, so a release in between is not missed.
+        notified.as_mut().enable();
+        if *self.done.lock() {
+            return;
+        }
+        let _ = tokio::time::timeout(wait, notified).await;
+    }
 }
 
 #[derive(Default)]
@@ -39,6 +98,16 @@ pub(super) struct Shard {
 }
 
 impl Shard {
+    /// Removes the claim if it is still the one with `token` (a takeover may have
+    /// replaced it), and wakes its waiting twins.
+    pub(super) fn unclaim(&mut self, ck: &(ClientId, Key), token: u64) {
+        if self.claims.get(ck).is_some_and(|c| c.token == token)
+            && let Some(claim) = self.claims.remove(ck)
+        {
+            claim.wake();
+        }
+    }
+
     pub(super) fn remember(
         &mut self,
         ck: &(ClientId, Key),
@@ -181,10 +250,7 @@ impl Shared {
     }
 
     pub(super) fn release(&self, ck: &(ClientId, Key), token: u64) {
-        let mut shard = self.shard(ck).lock();
-        if shard.claims.get(ck).is_some_and(|c| c.token == token) {
-            shard.claims.remove(ck);
-        }
+        self.shard(ck).lock().unclaim(ck, token);
     }
 
     /// What a done key holds, with its fingerprint; `None` for a key never done. The

@@ -23,7 +23,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::clock::{Clock, SystemClock};
 use crate::core::{self, Seen};
-use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId};
+use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp};
 use crate::fact::{DecodeError, Fact, Outcome};
 use crate::memory::{self, Limit, MemoryUse, balances_use, use_of};
 use crate::projection::{Balances, Observed, Stats};
@@ -55,7 +55,7 @@ mod records;
 mod verify;
 
 use committer::{Committer, Request};
-use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, SHARDS, Shard};
+use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, Released, SHARDS, Shard};
 use records::{
     Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, P_QUARANTINE, STATS_KEY, decode, decode_balance,
     fact_key, io_err, quarantine_key, scoped_key, seq_of,
@@ -83,6 +83,11 @@ pub struct SledConfig {
     /// committer, whose slowest commit grew several times in the load bench. So a
     /// serving ledger verifies on one thread and the offline `verify` command on two.
     pub verify_in_parallel: bool,
+    /// How long an arrival that meets its twin in flight (a live claim of the same
+    /// command, or any claim for a message) waits for the twin's durable answer before it
+    /// answers `InProgress`: the twin usually commits within milliseconds, so its retry
+    /// gets the replay instead of a 409. Zero: no wait.
+    pub in_flight_wait: Duration,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -96,6 +101,7 @@ impl SledConfig {
             fsync: true,
             batch_max: 2048,
             verify_in_parallel: false,
+            in_flight_wait: Duration::from_millis(20),
             clock: Arc::new(SystemClock),
         }
     }
@@ -109,6 +115,10 @@ impl SledConfig {
     }
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+    pub fn in_flight_wait(mut self, wait: Duration) -> Self {
+        self.in_flight_wait = wait;
         self
     }
 }
@@ -351,9 +361,10 @@ impl SledStore {
         &self.shared.rules
     }
 
-    /// Submits a command and waits for its durable answer.
+    /// Submits a command and waits for its durable answer (a twin in flight is waited
+    /// for as in [`Store::submit`]).
     pub fn submit(&self, client: &ClientId, key: &Key, command: Command) -> Result<Submission> {
-        wait_for(|reply| self.submit_with(client, key, command, None, reply))
+        self.submit_blocking(client, key, command, None)
     }
 
     /// Submits a message through the inbox: deduplicated by its id in the same commit as
@@ -365,11 +376,28 @@ impl SledStore {
         key: &Key,
         command: Command,
     ) -> Result<Submission> {
-        wait_for(|reply| self.submit_with(client, key, command, Some(message_id.clone()), reply))
+        self.submit_blocking(client, key, command, Some(message_id.clone()))
     }
 
-    /// Submits without waiting: `reply` is called once with the answer. This is the
-    /// entry point for async callers, which complete a future from the reply.
+    fn submit_blocking(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        wait_for(|reply| {
+            if let Some(twin) = self.attempt(client, key, command, message, reply, true) {
+                twin.released
+                    .wait_blocking(self.shared.config.in_flight_wait);
+                self.attempt(client, key, twin.command, twin.message, twin.reply, false);
+            }
+        })
+    }
+
+    /// Submits without waiting: `reply` is called once with the answer. One attempt: an
+    /// arrival that meets a twin in flight is answered `InProgress` at once, without the
+    /// bounded wait of [`SledStore::submit`] and [`Store::submit`].
     pub fn submit_with(
         &self,
         client: &ClientId,
@@ -378,15 +406,85 @@ impl SledStore {
         message: Option<MessageId>,
         reply: Reply,
     ) {
+        self.attempt(client, key, command, message, reply, false);
+    }
+
+    /// One attempt at a submission: answered here when the key's claim or cache decides,
+    /// else claimed and sent to the committer. With `wait`, an arrival that would be told
+    /// `InProgress` because a twin holds the key is not answered: it gets back what it
+    /// needs to wait for the twin's claim and try once more.
+    fn attempt(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+        reply: Reply,
+        wait: bool,
+    ) -> Option<Twin> {
         let shared = &self.shared;
         if let Some(reason) = shared.failed.lock().clone() {
-            return reply(Err(LedgerError::Unavailable(reason)));
+            reply(Err(LedgerError::Unavailable(reason)));
+            return None;
         }
         let fingerprint = command.fingerprint();
         let now = shared.config.clock.now();
         let ck = (client.clone(), key.clone());
         let mut shard = shared.shard(&ck).lock();
-        let live = shard.claims.get(&ck).map(|claim| {
+        let answer = self.answer_at_once(&mut shard, &ck, fingerprint, message.is_some(), now);
+        if wait
+            && !shared.config.in_flight_wait.is_zero()
+            && matches!(answer, Some(Ok(Submission::InProgress { .. })))
+            && let Some(claim) = shard.claims.get_mut(&ck)
+        {
+            let released = claim.released.get_or_insert_with(Default::default).clone();
+            return Some(Twin {
+                released,
+                command,
+                message,
+                reply,
+            });
+        }
+        match answer {
+            Some(answer) => {
+                count_answer(shared, &mut shard, &ck, &answer);
+                drop(shard);
+                reply(answer);
+                None
+            }
+            None => {
+                let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
+                let claim = Claim {
+                    fingerprint,
+                    token,
+                    claimed_at: now,
+                    command: command.clone(),
+                    released: None,
+                };
+                // A claim whose lease ran out is taken over: its twins stop waiting.
+                if let Some(old) = shard.claims.insert(ck, claim) {
+                    old.wake();
+                }
+                drop(shard);
+                self.send_command(client, key, command, fingerprint, token, message, reply);
+                None
+            }
+        }
+    }
+
+    /// The answer an arrival gets without the committer, from the key's live claim or
+    /// the answers cache; `None` when the committer must decide (and the arrival claims
+    /// the key).
+    fn answer_at_once(
+        &self,
+        shard: &mut Shard,
+        ck: &(ClientId, Key),
+        fingerprint: Fingerprint,
+        message: bool,
+        now: Timestamp,
+    ) -> Option<Result<Submission>> {
+        let shared = &self.shared;
+        let live = shard.claims.get(ck).map(|claim| {
             let ends = claim
                 .claimed_at
                 .saturating_add_ms(duration_ms(shared.config.lease));
@@ -396,7 +494,7 @@ impl SledStore {
         // refuses another (reused). A message is never decided here: its id must reach the
         // committer, to be checked against the inbox before its key and recorded with its
         // answer.
-        let answer = match live {
+        match live {
             // A live claim. What the key durably holds decides, not the claim: a claim of
             // another command may be an intruder on a key already done with this one (an
             // inbox message reusing the key, or a takeover), and a claim of this very
@@ -414,14 +512,14 @@ impl SledStore {
                 };
                 // A message comes again instead: refusing it here for the key would report
                 // a reused message id as a reused key.
-                Some(if message.is_some() {
+                Some(if message {
                     Ok(in_flight)
                 } else {
-                    match shared.held(&shard, &ck) {
+                    match shared.held(shard, ck) {
                         Err(e) => Err(e),
                         Ok(Some((stored, held))) if stored == fingerprint => match held {
                             Held::Cached(_) | Held::Logged(_) => {
-                                shared.replay(&mut shard, &ck, stored, held)
+                                shared.replay(shard, ck, stored, held)
                             }
                             // Done with this command but not flushed yet (a takeover while the
                             // first attempt's batch is in flight): come again.
@@ -441,7 +539,7 @@ impl SledStore {
             // cache goes to the committer, which reads it between its writes: read here,
             // sled's reads wait on the global lock every batch write holds, and most keys
             // that miss the cache are new.
-            None if message.is_none() => match shard.answers.get(&ck).cloned() {
+            None if !message => match shard.answers.get(ck).cloned() {
                 None => None,
                 Some((stored, _)) if core::classify(Some(stored), fingerprint) == Seen::Reused => {
                     Some(Ok(Submission::Reused))
@@ -449,32 +547,21 @@ impl SledStore {
                 Some((_, outcome)) => Some(Ok(Submission::Replayed(outcome))),
             },
             None => None,
-        };
-        if let Some(answer) = answer {
-            let counter = match &answer {
-                Ok(Submission::Replayed(_)) => Some(&shared.replayed),
-                Ok(Submission::Reused) => Some(&shared.conflicts_reused),
-                Ok(Submission::InProgress { .. }) => Some(&shared.conflicts_in_flight),
-                _ => None,
-            };
-            if let Some(counter) = counter {
-                shard.note(&ck, matches!(answer, Ok(Submission::Replayed(_))));
-                counter.fetch_add(1, Ordering::Relaxed);
-            }
-            drop(shard);
-            return reply(answer);
         }
-        let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
-        shard.claims.insert(
-            ck,
-            Claim {
-                fingerprint,
-                token,
-                claimed_at: now,
-                command: command.clone(),
-            },
-        );
-        drop(shard);
+    }
+
+    /// Queues a claimed command for the committer; a stopped committer answers `Closed`.
+    #[allow(clippy::too_many_arguments)] // The request's fields, moved in.
+    fn send_command(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        fingerprint: Fingerprint,
+        token: u64,
+        message: Option<MessageId>,
+        reply: Reply,
+    ) {
         let request = Request::Command {
             client: client.clone(),
             key: key.clone(),
@@ -493,7 +580,7 @@ impl SledStore {
             ..
         })) = self.tx.send(request)
         {
-            shared.release(&(client, key), token);
+            self.shared.release(&(client, key), token);
             reply(Err(LedgerError::Closed));
         }
     }
@@ -736,6 +823,32 @@ fn wait_for<T: Send + 'static>(start: impl FnOnce(Box<dyn FnOnce(Result<T>) + Se
     rx.recv().unwrap_or(Err(LedgerError::Closed))
 }
 
+/// An arrival that waits for its twin: what it needs to try once more.
+struct Twin {
+    released: Arc<Released>,
+    command: Command,
+    message: Option<MessageId>,
+    reply: Reply,
+}
+
+/// Counts an answer given without the committer in the observed counters and the key's
+/// activity.
+fn count_answer(
+    shared: &Shared,
+    shard: &mut Shard,
+    ck: &(ClientId, Key),
+    answer: &Result<Submission>,
+) {
+    let counter = match answer {
+        Ok(Submission::Replayed(_)) => &shared.replayed,
+        Ok(Submission::Reused) => &shared.conflicts_reused,
+        Ok(Submission::InProgress { .. }) => &shared.conflicts_in_flight,
+        _ => return,
+    };
+    shard.note(ck, matches!(answer, Ok(Submission::Replayed(_))));
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
 fn duration_ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -833,6 +946,10 @@ impl Store for SledStore {
     fn rules(&self) -> &Rules {
         self.rules_ref()
     }
+    /// `submit` waits up to `SledConfig::in_flight_wait` for a twin in flight.
+    fn waits_for_twins(&self) -> bool {
+        true
+    }
 
     async fn submit(
         &self,
@@ -842,15 +959,14 @@ impl Store for SledStore {
         message: Option<MessageId>,
     ) -> Result<Submission> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit_with(
-            client,
-            key,
-            command,
-            message,
-            Box::new(move |r| {
-                let _ = tx.send(r);
-            }),
-        );
+        let reply: Reply = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        // A twin in flight is waited for on this task, never on a thread.
+        if let Some(twin) = self.attempt(client, key, command, message, reply, true) {
+            twin.released.wait(self.shared.config.in_flight_wait).await;
+            self.attempt(client, key, twin.command, twin.message, twin.reply, false);
+        }
         rx.await.unwrap_or(Err(LedgerError::Closed))
     }
     async fn quarantine(
