@@ -7,6 +7,7 @@ use std::pin::Pin;
 use tokio::sync::futures::OwnedNotified;
 
 use super::*;
+use crate::domain::Amount;
 // Statements of the command path, prepared once per connection (deadpool's cache) so
 // they can be pipelined. The first four are functions of `v3.sql`, `v2.sql` and `v5.sql`.
 pub(super) const SQL_CLAIM: &str = "SELECT state, message_claimed, hash, seq, body, withdrawal_seq, \
@@ -182,6 +183,59 @@ impl Drop for OpenTx {
             Err(_) => drop(deadpool_postgres::Object::take(conn)),
         }
     }
+}
+
+/// One attempt's command, as the statements take it.
+pub(super) struct Args<'a> {
+    client: &'a ClientId,
+    key: &'a Key,
+    command: &'a Command,
+    c: &'a str,
+    k: &'a str,
+    fp: &'a [u8],
+    at: Timestamp,
+    at_db: DateTime<Utc>,
+    message_id: Option<&'a str>,
+    message_fp: Option<Vec<u8>>,
+    /// A refund's withdrawal key.
+    withdrawal_key: Option<&'a str>,
+    /// A deposit's or withdrawal's account, locked by the claim.
+    claim_account: Option<&'a str>,
+    wait_ms: i32,
+    lease_ms: i32,
+}
+
+/// A fact's moves of money: the user account's leg and the system account's.
+pub(super) struct Legs<'a> {
+    user: Option<(&'a Account, Currency, i64)>,
+    system: Option<(&'a Account, Currency, i64)>,
+}
+
+impl<'a> Legs<'a> {
+    fn of(fact: &'a Fact) -> Result<Self> {
+        let mut legs = Legs {
+            user: None,
+            system: None,
+        };
+        for (account, currency, delta) in projection::legs(fact) {
+            let delta = i64::try_from(delta)
+                .map_err(|_| LedgerError::Unavailable(format!("a change of {delta}")))?;
+            if account.is_system() {
+                legs.system = Some((account, currency, delta));
+            } else {
+                legs.user = Some((account, currency, delta));
+            }
+        }
+        Ok(legs)
+    }
+}
+
+/// What the decision reads, locked by this attempt's transaction.
+pub(super) struct Locked {
+    seq: i64,
+    inputs: Inputs,
+    account_exists: bool,
+    refunded_exists: bool,
 }
 
 /// Releases this process's claim and counts the command out, however it ends.
@@ -455,38 +509,90 @@ impl PgStore {
             conn: Some(inner.pool.get().await?),
             open: AtomicBool::new(false),
         };
-        let conn = tx.conn()?;
-        let claim = conn.prepare_cached(SQL_CLAIM).await?;
+        let args = self.args(client, key, command, &fingerprint, message)?;
+        let row = self.claim_round_trip(&tx, &args).await?;
+        let message_claimed: bool = get(&row, 1)?;
+        if let Some(answer) = self
+            .answer_taken(&tx, &args, &row, fingerprint, message_claimed)
+            .await?
+        {
+            return Ok(answer);
+        }
+        let withdrawal = self.withdrawal_of(&tx, &args, &row).await?;
+        let locked = self.lock_round_trip(&tx, &args, &row, withdrawal).await?;
+        let seq_u =
+            u64::try_from(locked.seq).map_err(|_| self.corrupt(format!("seq {}", locked.seq)))?;
+        let fact = core::decide(client, key, command, &locked.inputs, seq_u, args.at);
+        let outcome = Outcome::from_fact(&fact);
+        let shard = slot.shard.unwrap_or_else(|| self.next_shard());
+        let legs = Legs::of(&fact)?;
+        let apply = self.apply_of(
+            &args,
+            &locked,
+            &fact,
+            &outcome,
+            &legs,
+            shard,
+            message_claimed,
+        )?;
+        self.apply_round_trip(&tx, &apply).await?;
+        inner.durable_seq.fetch_max(seq_u, Ordering::SeqCst);
+        inner.last_at.fetch_max(args.at.millis(), Ordering::SeqCst);
+        Ok(Submission::Executed(outcome))
+    }
+
+    /// The command as the statements take it.
+    fn args<'a>(
+        &self,
+        client: &'a ClientId,
+        key: &'a Key,
+        command: &'a Command,
+        fingerprint: &'a Fingerprint,
+        message: Option<&'a MessageId>,
+    ) -> Result<Args<'a>> {
+        let inner = &*self.inner;
         let at = self.record_time();
-        let at_db = db_time(at)?;
-        let (c, k) = (client.as_str(), key.as_str());
-        let fp: &[u8] = &fingerprint.0;
-        let message_fp = message.map(|_| message_fingerprint(client, key, command));
-        let message_fp_bytes = message_fp.map(|f| f.0.to_vec());
-        let message_id = message.map(MessageId::as_str);
         let (withdrawal_key, claim_account) = match command {
             Command::Refund { withdrawal, .. } => (Some(withdrawal.as_str()), None),
             Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
                 (None, Some(account.as_str()))
             }
         };
-        let wait_ms = ms_i32(inner.options.in_flight_wait);
-        let lease_ms = ms_i32(inner.rules.lease);
+        Ok(Args {
+            client,
+            key,
+            command,
+            c: client.as_str(),
+            k: key.as_str(),
+            fp: &fingerprint.0,
+            at,
+            at_db: db_time(at)?,
+            message_id: message.map(MessageId::as_str),
+            message_fp: message.map(|_| message_fingerprint(client, key, command).0.to_vec()),
+            withdrawal_key,
+            claim_account,
+            wait_ms: ms_i32(inner.options.in_flight_wait),
+            lease_ms: ms_i32(inner.rules.lease),
+        })
+    }
 
-        // Round trip 1: BEGIN, then claim the message id and the key (waiting at most the
-        // in-flight wait for a twin's claim), read what they hold if they were taken, and
-        // for a deposit or a withdrawal lock the account and take the fact's number.
+    /// Round trip 1: BEGIN, then claim the message id and the key (waiting at most the
+    /// in-flight wait for a twin's claim), read what they hold if they were taken, and for
+    /// a deposit or a withdrawal lock the account and take the fact's number.
+    async fn claim_round_trip(&self, tx: &OpenTx, args: &Args<'_>) -> Result<Row, Abort> {
+        let conn = tx.conn()?;
+        let claim = conn.prepare_cached(SQL_CLAIM).await?;
         let claim_p: [P; 10] = [
-            &c,
-            &k,
-            &fp,
-            &at_db,
-            &wait_ms,
-            &message_id,
-            &message_fp_bytes,
-            &withdrawal_key,
-            &claim_account,
-            &lease_ms,
+            &args.c,
+            &args.k,
+            &args.fp,
+            &args.at_db,
+            &args.wait_ms,
+            &args.message_id,
+            &args.message_fp,
+            &args.withdrawal_key,
+            &args.claim_account,
+            &args.lease_ms,
         ];
         tx.open.store(true, Ordering::Relaxed);
         let (begun, row) = tokio::join!(
@@ -494,100 +600,147 @@ impl PgStore {
             conn.query_one(&claim, &claim_p)
         );
         begun?;
-        let row = row?;
-        let state: &str = get(&row, 0)?;
-        let message_claimed: bool = get(&row, 1)?;
-        let ck = (client.clone(), key.clone());
-        match state {
-            "claimed" => {}
-            "in_flight" => return Err(Abort::InFlight),
-            "vanished" => return Err(Abort::Retry("a claimed row vanished".into())),
-            "message_reused" => {
-                // Rolled back first: this attempt may hold a new key's claim.
-                tx.rollback().await?;
-                let reason = "message_id_reused: this message id was delivered before with \
-                              another payload";
-                let payload = format!(
-                    "{{\"key\":{:?},\"command\":{:?}}}",
-                    key.as_str(),
-                    command.name()
-                );
-                let conn = tx.conn()?;
-                let stmt = conn.prepare_cached(SQL_QUARANTINE).await?;
-                conn.query_one(&stmt, &[&at_db, &message_id, &reason, &payload.as_str()])
-                    .await?;
-                return Ok(Submission::Quarantined {
-                    reason: reason.into(),
-                });
-            }
-            "seen" => {
-                let (stored, existing) = self.key_fact(&row, 2)?;
-                if core::classify(Some(stored), fingerprint) == Seen::Reused {
-                    tx.rollback().await?;
-                    inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
-                    self.note(&ck, false);
-                    return Ok(Submission::Reused);
-                }
-                let fact = existing.ok_or_else(|| {
-                    self.corrupt(format!("key {k:?} of {c:?} is committed without its fact"))
-                })?;
-                if message_claimed && let Some(m) = message_id {
-                    // A new message for a done key: remember the message with the key's
-                    // fact, as sled does, so its redelivery is known by id too.
-                    let seq = db_int(fact.seq)?;
-                    let stmt = conn.prepare_cached(SQL_INBOX_SEQ).await?;
-                    let set_p: [P; 2] = [&m, &seq];
-                    let (set, commit) =
-                        tokio::join!(conn.execute(&stmt, &set_p), conn.batch_execute("COMMIT"));
-                    tx.open.store(false, Ordering::Relaxed);
-                    one_row(set?, "the inbox record")?;
-                    commit?;
-                } else {
-                    tx.rollback().await?;
-                }
-                inner.replayed.fetch_add(1, Ordering::Relaxed);
-                self.note(&ck, true);
-                inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
-                inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
-                return Ok(Submission::Replayed(Outcome::from_fact(&fact)));
-            }
-            other => {
-                return Err(Abort::Fail(LedgerError::Unavailable(format!(
-                    "idem_claim_v3 answered {other:?}"
-                ))));
-            }
-        }
+        Ok(row?)
+    }
 
-        // A refund whose withdrawal has no row may have overtaken it: the withdrawal may be
-        // in flight, its transaction holding the key's claim and not committed yet, or
-        // claimed in this process and not yet there. Decided now, the refund would be
-        // withdrawal_not_found for ever, so it waits for the key's lock as a twin would
-        // (at most the in-flight wait) and reads the withdrawal again (`v5.sql`); still
-        // missing while this process holds a live claim on it, or the wait ran out, the
-        // refund is told 409 with nothing stored. A refund that names its own key holds
-        // that claim itself. An extra round trip, only for a withdrawal that was not there.
+    /// The answer when the claim found the message id or the key taken (a reused message
+    /// id, a replay, a reuse of the key), or a twin in flight; `None` when this attempt
+    /// claimed the key and goes on to decide.
+    async fn answer_taken(
+        &self,
+        tx: &OpenTx,
+        args: &Args<'_>,
+        row: &Row,
+        fingerprint: Fingerprint,
+        message_claimed: bool,
+    ) -> Result<Option<Submission>, Abort> {
+        let state: &str = get(row, 0)?;
+        match state {
+            "claimed" => Ok(None),
+            "in_flight" => Err(Abort::InFlight),
+            "vanished" => Err(Abort::Retry("a claimed row vanished".into())),
+            "message_reused" => self.quarantine_reused_message(tx, args).await.map(Some),
+            "seen" => self
+                .answer_seen(tx, args, row, fingerprint, message_claimed)
+                .await
+                .map(Some),
+            other => Err(Abort::Fail(LedgerError::Unavailable(format!(
+                "idem_claim_v3 answered {other:?}"
+            )))),
+        }
+    }
+
+    /// A message id delivered before with another payload: quarantined, nothing applied.
+    async fn quarantine_reused_message(
+        &self,
+        tx: &OpenTx,
+        args: &Args<'_>,
+    ) -> Result<Submission, Abort> {
+        // Rolled back first: this attempt may hold a new key's claim.
+        tx.rollback().await?;
+        let reason = "message_id_reused: this message id was delivered before with \
+                      another payload";
+        let payload = format!(
+            "{{\"key\":{:?},\"command\":{:?}}}",
+            args.key.as_str(),
+            args.command.name()
+        );
+        let conn = tx.conn()?;
+        let stmt = conn.prepare_cached(SQL_QUARANTINE).await?;
+        conn.query_one(
+            &stmt,
+            &[&args.at_db, &args.message_id, &reason, &payload.as_str()],
+        )
+        .await?;
+        Ok(Submission::Quarantined {
+            reason: reason.into(),
+        })
+    }
+
+    /// A done key: its replay, or `Reused` for another command. A new message for a done
+    /// key is remembered with the key's fact, as sled does, so its redelivery is known by
+    /// id too.
+    async fn answer_seen(
+        &self,
+        tx: &OpenTx,
+        args: &Args<'_>,
+        row: &Row,
+        fingerprint: Fingerprint,
+        message_claimed: bool,
+    ) -> Result<Submission, Abort> {
+        let inner = &*self.inner;
+        let ck = (args.client.clone(), args.key.clone());
+        let (stored, existing) = self.key_fact(row, 2)?;
+        if core::classify(Some(stored), fingerprint) == Seen::Reused {
+            tx.rollback().await?;
+            inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+            self.note(&ck, false);
+            return Ok(Submission::Reused);
+        }
+        let fact = existing.ok_or_else(|| {
+            self.corrupt(format!(
+                "key {:?} of {:?} is committed without its fact",
+                args.k, args.c
+            ))
+        })?;
+        if message_claimed && let Some(m) = args.message_id {
+            let conn = tx.conn()?;
+            let seq = db_int(fact.seq)?;
+            let stmt = conn.prepare_cached(SQL_INBOX_SEQ).await?;
+            let set_p: [P; 2] = [&m, &seq];
+            let (set, commit) =
+                tokio::join!(conn.execute(&stmt, &set_p), conn.batch_execute("COMMIT"));
+            tx.open.store(false, Ordering::Relaxed);
+            one_row(set?, "the inbox record")?;
+            commit?;
+        } else {
+            tx.rollback().await?;
+        }
+        inner.replayed.fetch_add(1, Ordering::Relaxed);
+        self.note(&ck, true);
+        inner.durable_seq.fetch_max(fact.seq, Ordering::SeqCst);
+        inner.last_at.fetch_max(fact.at.millis(), Ordering::SeqCst);
+        Ok(Submission::Replayed(Outcome::from_fact(&fact)))
+    }
+
+    /// For a refund, the withdrawal it names: (account, amount, currency), `None` when
+    /// there is no such withdrawal.
+    ///
+    /// A refund whose withdrawal has no row may have overtaken it: the withdrawal may be
+    /// in flight, its transaction holding the key's claim and not committed yet, or
+    /// claimed in this process and not yet there. Decided now, the refund would be
+    /// withdrawal_not_found for ever, so it waits for the key's lock as a twin would
+    /// (at most the in-flight wait) and reads the withdrawal again (`v5.sql`); still
+    /// missing while this process holds a live claim on it, or the wait ran out, the
+    /// refund is told 409 with nothing stored. A refund that names its own key holds
+    /// that claim itself. An extra round trip, only for a withdrawal that was not there.
+    async fn withdrawal_of(
+        &self,
+        tx: &OpenTx,
+        args: &Args<'_>,
+        row: &Row,
+    ) -> Result<Option<(Account, Amount, Currency)>, Abort> {
+        let conn = tx.conn()?;
         let settled;
-        let (withdrawal_seq, withdrawal_body): (Option<i64>, Option<&[u8]>) = match command {
+        let (withdrawal_seq, withdrawal_body): (Option<i64>, Option<&[u8]>) = match args.command {
             Command::Refund { withdrawal, .. }
-                if withdrawal != key && get::<Option<i64>>(&row, 5)?.is_none() =>
+                if withdrawal != args.key && get::<Option<i64>>(row, 5)?.is_none() =>
             {
                 let stmt = conn.prepare_cached(SQL_WITHDRAWAL).await?;
                 let w = withdrawal.as_str();
-                let p: [P; 4] = [&c, &w, &wait_ms, &lease_ms];
+                let p: [P; 4] = [&args.c, &w, &args.wait_ms, &args.lease_ms];
                 settled = conn.query_one(&stmt, &p).await?;
                 let seq: Option<i64> = get(&settled, 1)?;
                 if get::<&str>(&settled, 0)? == "in_flight"
-                    || (seq.is_none() && self.claimed_here(client, withdrawal))
+                    || (seq.is_none() && self.claimed_here(args.client, withdrawal))
                 {
                     return Err(Abort::InFlight);
                 }
                 (seq, get(&settled, 2)?)
             }
-            _ => (get(&row, 5)?, get(&row, 6)?),
+            _ => (get(row, 5)?, get(row, 6)?),
         };
-        // A refund: the withdrawal's fact names the account; lock it and the withdrawal's
-        // refunded total, then take the number (round trip 1b).
-        let withdrawal = match (withdrawal_seq, withdrawal_body) {
+        Ok(match (withdrawal_seq, withdrawal_body) {
             (Some(seq), Some(body)) => match self.decode(seq, body)?.body {
                 FactBody::WithdrawalRecorded {
                     account,
@@ -598,13 +751,29 @@ impl PgStore {
                 _ => None,
             },
             _ => None,
-        };
+        })
+    }
+
+    /// What the decision reads, locked: the account (and for a refund, the withdrawal's
+    /// refunded total) and the fact's number. A refund locks them now (round trip 1b),
+    /// since its account is named by the withdrawal's fact; the others had them locked by
+    /// the claim.
+    async fn lock_round_trip(
+        &self,
+        tx: &OpenTx,
+        args: &Args<'_>,
+        row: &Row,
+        withdrawal: Option<(Account, Amount, Currency)>,
+    ) -> Result<Locked, Abort> {
+        let conn = tx.conn()?;
         let (currency, balance, seq, refunded): (Option<String>, Option<String>, i64, Option<i64>) =
-            if withdrawal_key.is_some() {
+            if args.withdrawal_key.is_some() {
                 let lock = conn.prepare_cached(SQL_LOCK).await?;
                 let account = withdrawal.as_ref().map(|w| w.0.as_str());
-                let refund_of = withdrawal.as_ref().and(withdrawal_key);
-                let locked = conn.query_one(&lock, &[&account, &c, &refund_of]).await?;
+                let refund_of = withdrawal.as_ref().and(args.withdrawal_key);
+                let locked = conn
+                    .query_one(&lock, &[&account, &args.c, &refund_of])
+                    .await?;
                 (
                     get(&locked, 0)?,
                     get(&locked, 1)?,
@@ -612,47 +781,45 @@ impl PgStore {
                     get(&locked, 2)?,
                 )
             } else {
-                (get(&row, 7)?, get(&row, 8)?, get(&row, 3)?, None)
+                (get(row, 7)?, get(row, 8)?, get(row, 3)?, None)
             };
-        let seq_u = u64::try_from(seq).map_err(|_| self.corrupt(format!("seq {seq}")))?;
         let refunded_before = refunded.map_or(0, |t| u64::try_from(t).unwrap_or(0));
-        let refunded_exists = refunded.is_some();
-        let account_view = match (currency, balance) {
+        let account = match (currency, balance) {
             (Some(currency), Some(balance)) => Some(AccountView {
                 currency: self.currency(currency)?,
                 balance: self.number(balance)?,
             }),
             _ => None,
         };
-        let account_exists = account_view.is_some();
-        let inputs = Inputs {
-            account: account_view,
-            withdrawal: withdrawal
-                .as_ref()
-                .map(|(account, amount, currency)| WithdrawalView {
-                    account: account.clone(),
-                    currency: *currency,
-                    amount: *amount,
+        Ok(Locked {
+            seq,
+            account_exists: account.is_some(),
+            refunded_exists: refunded.is_some(),
+            inputs: Inputs {
+                account,
+                withdrawal: withdrawal.map(|(account, amount, currency)| WithdrawalView {
+                    account,
+                    currency,
+                    amount,
                     refunded: refunded_before,
                 }),
-        };
-        let fact = core::decide(client, key, command, &inputs, seq_u, at);
-        let outcome = Outcome::from_fact(&fact);
+            },
+        })
+    }
 
-        // Round trip 2: the effect and the COMMIT. idem_apply_v3 checks every write against
-        // the decision and raises if one disagrees, which turns the COMMIT into a
-        // rollback.
-        let mut user = None;
-        let mut system = None;
-        for (leg_account, currency, delta) in projection::legs(&fact) {
-            let delta = i64::try_from(delta)
-                .map_err(|_| LedgerError::Unavailable(format!("a change of {delta}")))?;
-            if leg_account.is_system() {
-                system = Some((leg_account, currency, delta));
-            } else {
-                user = Some((leg_account, currency, delta));
-            }
-        }
+    /// The writes of a decided fact, as `idem_apply_v3` takes them.
+    #[allow(clippy::too_many_arguments)] // What the writes are made of, each borrowed.
+    fn apply_of<'a>(
+        &self,
+        args: &Args<'a>,
+        locked: &Locked,
+        fact: &'a Fact,
+        outcome: &Outcome,
+        legs: &'a Legs<'a>,
+        shard: i16,
+        message_claimed: bool,
+    ) -> Result<Apply<'a>> {
+        let (user, system) = (&legs.user, &legs.system);
         let refund = match &fact.body {
             FactBody::RefundRecorded {
                 amount,
@@ -661,40 +828,46 @@ impl PgStore {
             } => Some((
                 db_int(amount.units())?,
                 db_int(*refunded_total)?,
-                withdrawal_amount(&inputs)?,
+                withdrawal_amount(&locked.inputs)?,
             )),
             _ => None,
         };
-        let apply = Apply {
-            seq,
-            at: at_db,
-            client: c,
-            key: k,
+        Ok(Apply {
+            seq: locked.seq,
+            at: args.at_db,
+            client: args.c,
+            key: args.k,
             kind: fact.body.persisted_name(),
             rejection: match &fact.body {
                 FactBody::CommandRejected { rejection, .. } => Some(rejection.code()),
                 _ => None,
             },
             body: fact.encode(),
-            doc: fact::json::fact(&fact),
-            response: fact::json::outcome(&outcome),
+            doc: fact::json::fact(fact),
+            response: fact::json::outcome(outcome),
             counter: counter_name(&fact.body),
-            shard: slot.shard.unwrap_or_else(|| self.next_shard()),
+            shard,
             account: user.as_ref().map(|u| u.0.as_str()),
             currency: user.as_ref().or(system.as_ref()).map(|l| l.1.as_str()),
             delta: user.as_ref().map(|u| u.2),
-            account_exists,
+            account_exists: locked.account_exists,
             balance_after: balance_after(&fact.body).map(|b| b.to_string()),
             system: system.as_ref().map(|s| s.0.as_str()),
             system_delta: system.as_ref().map(|s| s.2),
-            withdrawal: refund.as_ref().and(withdrawal_key),
+            withdrawal: refund.as_ref().and(args.withdrawal_key),
             refund: refund.map(|r| r.0),
             withdrawn: refund.map(|r| r.2),
-            refunded_exists,
+            refunded_exists: locked.refunded_exists,
             refunded_after: refund.map(|r| r.1),
-            message: message_id.filter(|_| message_claimed),
-            hash: fp,
-        };
+            message: args.message_id.filter(|_| message_claimed),
+            hash: args.fp,
+        })
+    }
+
+    /// Round trip 2: the effect and the COMMIT. `idem_apply_v3` checks every write against
+    /// the decision and raises if one disagrees, which turns the COMMIT into a rollback.
+    async fn apply_round_trip(&self, tx: &OpenTx, apply: &Apply<'_>) -> Result<(), Abort> {
+        let conn = tx.conn()?;
         let stmt = conn.prepare_cached(SQL_APPLY).await?;
         let apply_p = apply.params();
         let (applied, commit) =
@@ -707,9 +880,7 @@ impl PgStore {
             return Err(e.into());
         }
         commit?;
-        inner.durable_seq.fetch_max(seq_u, Ordering::SeqCst);
-        inner.last_at.fetch_max(at.millis(), Ordering::SeqCst);
-        Ok(Submission::Executed(outcome))
+        Ok(())
     }
 }
 

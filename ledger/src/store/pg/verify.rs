@@ -4,11 +4,28 @@
 // The store's helpers (errors, conversions, claims) and what it imports.
 use super::*;
 use crate::store::verify as checks;
+
 /// Rows fetched per round trip when `verify` reads the whole log.
 pub(super) const VERIFY_CHUNK: i32 = 10_000;
 
 /// The guarantee `verify` checks instead of sled's gapless log (see the module docs).
 pub(super) const SEQ_ORDER: &str = "the log's sequence numbers are unique and increasing";
+
+/// The log folded in seq order, and the report so far.
+#[derive(Default)]
+struct Fold {
+    r: Report,
+    balances: Balances,
+    stats: Stats,
+    /// Each key's fact, by (client, key).
+    seen: HashMap<(ClientId, Key), u64>,
+    withdrawals: checks::Withdrawals,
+    facts: u64,
+    /// The last seq folded.
+    prev: Option<i64>,
+}
+
+type Tx<'a> = deadpool_postgres::Transaction<'a>;
 
 impl PgStore {
     /// Rebuilds every projection from the log, in one snapshot, and checks each guarantee
@@ -26,63 +43,99 @@ impl PgStore {
         tx.batch_execute("SET LOCAL statement_timeout = 0")
             .await
             .map_err(pg)?;
-        let mut r = Report::default();
-        let mut balances = Balances::default();
-        let mut stats = Stats::default();
-        let mut seen: HashMap<(ClientId, Key), u64> = HashMap::new();
-        let mut withdrawals = checks::Withdrawals::default();
-        let mut facts = 0u64;
+        let mut fold = Fold::default();
+        self.fold_log(&tx, &mut fold).await?;
+        self.check_keys(&tx, &mut fold).await?;
+        self.check_stored_balances(&tx, &mut fold).await?;
+        self.check_refunded(&tx, &mut fold).await?;
+        check_inbox(&tx, &mut fold.r).await?;
+        check_counters(&tx, &mut fold).await?;
+        let _ = tx.rollback().await;
+        if let Some(last) = fold.prev {
+            self.observe_seq(last);
+        }
+        let Fold {
+            r,
+            balances,
+            stats,
+            facts,
+            ..
+        } = fold;
+        Ok(VerifyReport {
+            facts,
+            keys_done: stats.keys_done,
+            keys_expired: stats.keys_expired,
+            accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
+            currencies: balances.sums().len(),
+            violations: r.finish(),
+        })
+    }
 
-        // The log, in seq order, a chunk per round trip.
+    /// The log, in seq order, a chunk per round trip: each fact filed under its own key,
+    /// one per key, and checked against the fold of those before it.
+    async fn fold_log(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
         let portal = tx
             .bind("SELECT seq, client, key, body FROM facts ORDER BY seq", &[])
             .await
             .map_err(pg)?;
-        let mut prev: Option<i64> = None;
         loop {
             let rows = tx.query_portal(&portal, VERIFY_CHUNK).await.map_err(pg)?;
             if rows.is_empty() {
-                break;
+                return Ok(());
             }
             for row in &rows {
-                let seq: i64 = get(row, 0)?;
-                if prev.is_some_and(|p| seq <= p) || seq < 1 {
-                    r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
-                }
-                prev = Some(seq);
-                facts += 1;
-                let fact = match self.decode(seq, get(row, 3)?) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        r.add(checks::KEY_FACT, e.to_string());
-                        continue;
-                    }
-                };
-                let (c, k): (&str, &str) = (get(row, 1)?, get(row, 2)?);
-                if fact.client.as_str() != c || fact.key.as_str() != k {
-                    r.add(
-                        checks::KEY_FACT,
-                        format!("seq {seq} is filed under ({c:?}, {k:?}) but is the fact of ({:?}, {:?})", fact.client, fact.key),
-                    );
-                }
-                let ck = (fact.client.clone(), fact.key.clone());
-                if let Some(first) = seen.insert(ck, fact.seq) {
-                    r.add(
-                        checks::ONE_EFFECT,
-                        format!(
-                            "key {:?} of client {:?} has facts {first} and {seq}",
-                            fact.key, fact.client
-                        ),
-                    );
-                }
-                checks::check_fold(&mut r, &fact, &balances, &mut withdrawals);
-                balances.apply(&fact);
-                stats.apply(&fact);
+                self.fold_fact(row, fold)?;
             }
         }
+    }
 
-        // Keys: each points at its own fact, remembers its command, and holds the answer
-        // its fact gives (or none, once expired).
+    fn fold_fact(&self, row: &Row, fold: &mut Fold) -> Result<()> {
+        let r = &mut fold.r;
+        let seq: i64 = get(row, 0)?;
+        let prev = fold.prev;
+        if prev.is_some_and(|p| seq <= p) || seq < 1 {
+            r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
+        }
+        fold.prev = Some(seq);
+        fold.facts += 1;
+        let fact = match self.decode(seq, get(row, 3)?) {
+            Ok(f) => f,
+            Err(e) => {
+                r.add(checks::KEY_FACT, e.to_string());
+                return Ok(());
+            }
+        };
+        let (c, k): (&str, &str) = (get(row, 1)?, get(row, 2)?);
+        if fact.client.as_str() != c || fact.key.as_str() != k {
+            r.add(
+                checks::KEY_FACT,
+                format!(
+                    "seq {seq} is filed under ({c:?}, {k:?}) but is the fact of ({:?}, {:?})",
+                    fact.client, fact.key
+                ),
+            );
+        }
+        let ck = (fact.client.clone(), fact.key.clone());
+        if let Some(first) = fold.seen.insert(ck, fact.seq) {
+            r.add(
+                checks::ONE_EFFECT,
+                format!(
+                    "key {:?} of client {:?} has facts {first} and {seq}",
+                    fact.key, fact.client
+                ),
+            );
+        }
+        checks::check_fold(r, &fact, &fold.balances, &mut fold.withdrawals);
+        fold.balances.apply(&fact);
+        fold.stats.apply(&fact);
+        Ok(())
+    }
+
+    /// Keys: each points at its own fact, remembers its command, and holds the answer
+    /// its fact gives (or none, once expired).
+    async fn check_keys(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
         let portal = tx
             .bind(
                 "SELECT k.client, k.key, k.request_hash, k.status, k.seq, k.response, f.body \
@@ -99,77 +152,86 @@ impl PgStore {
             }
             for row in &rows {
                 keys += 1;
-                let (client, key): (String, String) = (get(row, 0)?, get(row, 1)?);
-                let status: String = get(row, 3)?;
-                let seq: Option<i64> = get(row, 4)?;
-                let response: Option<serde_json::Value> = get(row, 5)?;
-                let body: Option<&[u8]> = get(row, 6)?;
-                if status == "expired" {
-                    stats.expire_one();
-                }
-                let Ok((c, k)) = self.names(client.clone(), key.clone()) else {
-                    r.add(
-                        checks::KEY_FACT,
-                        format!("a key row with an unreadable name {client:?} {key:?}"),
-                    );
-                    continue;
-                };
-                let (Some(seq), Some(body)) = (seq, body) else {
-                    r.add(
-                        checks::KEY_FACT,
-                        format!("key {k:?} of {c:?} is {status} but has no fact"),
-                    );
-                    continue;
-                };
-                match seen.get(&(c.clone(), k.clone())) {
-                    Some(s) if i64::try_from(*s).ok() == Some(seq) => {}
-                    Some(s) => r.add(
-                        checks::KEY_FACT,
-                        format!("key {k:?} of {c:?} points at seq {seq} but its fact is {s}"),
-                    ),
-                    None => r.add(
-                        checks::KEY_FACT,
-                        format!("key {k:?} of {c:?} points at seq {seq}, a fact of another key"),
-                    ),
-                }
-                let Ok(fact) = self.decode(seq, body) else {
-                    continue;
-                };
-                let hash: &[u8] = get(row, 2)?;
-                if hash != fact.body.command_fingerprint().0 {
-                    r.add(
-                        checks::SAME_ANSWER,
-                        format!("seq {seq}: the key's fingerprint is not its fact's command"),
-                    );
-                }
-                let answer = fact::json::outcome(&Outcome::from_fact(&fact));
-                match (status.as_str(), response) {
-                    ("done", Some(stored)) if stored == answer => {}
-                    ("expired", None) => {}
-                    ("done", _) => r.add(
-                        checks::SAME_ANSWER,
-                        format!("key {k:?} of {c:?}: the stored response is not its fact's"),
-                    ),
-                    ("expired", Some(_)) => r.add(
-                        checks::SAME_ANSWER,
-                        format!("key {k:?} of {c:?} is expired but keeps its response"),
-                    ),
-                    (other, _) => r.add(
-                        checks::KEY_FACT,
-                        format!("key {k:?} of {c:?} is committed as {other}"),
-                    ),
-                }
+                self.check_key(row, fold)?;
             }
         }
-        if keys != u64::try_from(seen.len()).unwrap_or(u64::MAX) {
-            r.add(
+        if keys != u64::try_from(fold.seen.len()).unwrap_or(u64::MAX) {
+            fold.r.add(
                 checks::KEY_FACT,
-                format!("{} facts but {keys} key rows", seen.len()),
+                format!("{} facts but {keys} key rows", fold.seen.len()),
             );
         }
+        Ok(())
+    }
 
-        // Stored balances (user rows, system shards summed) against the fold.
-        let rows = tx.query(SQL_BALANCES, &[]).await.map_err(pg)?;
+    fn check_key(&self, row: &Row, fold: &mut Fold) -> Result<()> {
+        let r = &mut fold.r;
+        let (client, key): (String, String) = (get(row, 0)?, get(row, 1)?);
+        let status: String = get(row, 3)?;
+        let seq: Option<i64> = get(row, 4)?;
+        let response: Option<serde_json::Value> = get(row, 5)?;
+        let body: Option<&[u8]> = get(row, 6)?;
+        if status == "expired" {
+            fold.stats.expire_one();
+        }
+        let Ok((c, k)) = self.names(client.clone(), key.clone()) else {
+            r.add(
+                checks::KEY_FACT,
+                format!("a key row with an unreadable name {client:?} {key:?}"),
+            );
+            return Ok(());
+        };
+        let (Some(seq), Some(body)) = (seq, body) else {
+            r.add(
+                checks::KEY_FACT,
+                format!("key {k:?} of {c:?} is {status} but has no fact"),
+            );
+            return Ok(());
+        };
+        match fold.seen.get(&(c.clone(), k.clone())) {
+            Some(s) if i64::try_from(*s).ok() == Some(seq) => {}
+            Some(s) => r.add(
+                checks::KEY_FACT,
+                format!("key {k:?} of {c:?} points at seq {seq} but its fact is {s}"),
+            ),
+            None => r.add(
+                checks::KEY_FACT,
+                format!("key {k:?} of {c:?} points at seq {seq}, a fact of another key"),
+            ),
+        }
+        let Ok(fact) = self.decode(seq, body) else {
+            return Ok(());
+        };
+        let hash: &[u8] = get(row, 2)?;
+        if hash != fact.body.command_fingerprint().0 {
+            r.add(
+                checks::SAME_ANSWER,
+                format!("seq {seq}: the key's fingerprint is not its fact's command"),
+            );
+        }
+        let answer = fact::json::outcome(&Outcome::from_fact(&fact));
+        match (status.as_str(), response) {
+            ("done", Some(stored)) if stored == answer => {}
+            ("expired", None) => {}
+            ("done", _) => r.add(
+                checks::SAME_ANSWER,
+                format!("key {k:?} of {c:?}: the stored response is not its fact's"),
+            ),
+            ("expired", Some(_)) => r.add(
+                checks::SAME_ANSWER,
+                format!("key {k:?} of {c:?} is expired but keeps its response"),
+            ),
+            (other, _) => r.add(
+                checks::KEY_FACT,
+                format!("key {k:?} of {c:?} is committed as {other}"),
+            ),
+        }
+        Ok(())
+    }
+
+    /// Stored balances (user rows, system shards summed) against the fold.
+    async fn check_stored_balances(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+        let rows = tx.query(SQL_BALANCES, &[]).await.map_err(|e| pg_err(&e))?;
         let mut stored = Balances::default();
         for row in &rows {
             let name: String = get(row, 0)?;
@@ -181,22 +243,25 @@ impl PgStore {
                 (Some((a, cur)), Some(b)) => {
                     stored.accounts.entry(a).or_default().insert(cur, b);
                 }
-                _ => r.add(
+                _ => fold.r.add(
                     checks::DERIVED,
                     format!("an unreadable balance row of {name:?}"),
                 ),
             }
         }
-        checks::check_balances(&mut r, &balances, &stored);
+        checks::check_balances(&mut fold.r, &fold.balances, &stored);
+        Ok(())
+    }
 
-        // Refunded totals against the fold, both ways.
+    /// Refunded totals against the fold, both ways.
+    async fn check_refunded(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
         let rows = tx
             .query(
                 "SELECT client, withdrawal, withdrawn, total FROM refunded",
                 &[],
             )
             .await
-            .map_err(pg)?;
+            .map_err(|e| pg_err(&e))?;
         let mut refunded_rows = 0usize;
         for row in &rows {
             refunded_rows += 1;
@@ -204,12 +269,12 @@ impl PgStore {
             let names = self.names(get(row, 0)?, get(row, 1)?).ok();
             let folded = names
                 .as_ref()
-                .and_then(|ck| withdrawals.get(&checks::key_digest(&ck.0, &ck.1)))
+                .and_then(|ck| fold.withdrawals.get(&checks::key_digest(&ck.0, &ck.1)))
                 .copied();
             let folded_i =
                 folded.and_then(|(w, t)| Some((i64::try_from(w).ok()?, i64::try_from(t).ok()?)));
             if folded_i != Some(stored) {
-                r.add(
+                fold.r.add(
                     checks::REFUNDS,
                     format!(
                         "a stored refunded total {stored:?} of {names:?} disagrees with the log's {folded:?}"
@@ -217,73 +282,69 @@ impl PgStore {
                 );
             }
         }
-        let refunded_folded = withdrawals.values().filter(|(_, t)| *t > 0).count();
+        let refunded_folded = fold.withdrawals.values().filter(|(_, t)| *t > 0).count();
         if refunded_rows != refunded_folded {
-            r.add(
+            fold.r.add(
                 checks::REFUNDS,
                 format!(
                     "{refunded_folded} withdrawals were refunded, {refunded_rows} refunded rows"
                 ),
             );
         }
-
-        // Every inbox record was written with the fact that answered its message.
-        let unanswered: i64 = tx
-            .query_one("SELECT count(*) FROM inbox WHERE seq IS NULL", &[])
-            .await
-            .map_err(pg)
-            .and_then(|row| get(&row, 0))?;
-        if unanswered > 0 {
-            r.add(
-                checks::KEY_FACT,
-                format!("{unanswered} inbox records have no fact"),
-            );
-        }
-
-        // Counters against the fold.
-        let rows = tx
-            .query(
-                "SELECT name, sum(n)::bigint FROM counters GROUP BY name",
-                &[],
-            )
-            .await
-            .map_err(pg)?;
-        let mut by_name = HashMap::new();
-        for row in &rows {
-            by_name.insert(get::<String>(row, 0)?, get::<i64>(row, 1)?);
-        }
-        let counted = stats_from_counters(&by_name);
-        let pairs = [
-            ("keys done", counted.keys_done, stats.keys_done),
-            ("keys expired", counted.keys_expired, stats.keys_expired),
-            ("applied", counted.applied_total(), stats.applied_total()),
-            ("rejected", counted.rejected_total(), stats.rejected_total()),
-        ];
-        for (name, stored, folded) in pairs {
-            if stored != folded {
-                r.add(
-                    checks::COUNTERS,
-                    format!("{name}: stored {stored}, the log gives {folded}"),
-                );
-            }
-        }
-        if counted.applied != stats.applied || counted.rejected != stats.rejected {
-            r.add(
-                checks::COUNTERS,
-                "per-kind counts differ from the log".into(),
-            );
-        }
-        let _ = tx.rollback().await;
-        if let Some(last) = prev {
-            self.observe_seq(last);
-        }
-        Ok(VerifyReport {
-            facts,
-            keys_done: stats.keys_done,
-            keys_expired: stats.keys_expired,
-            accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
-            currencies: balances.sums().len(),
-            violations: r.finish(),
-        })
+        Ok(())
     }
+}
+
+/// Every inbox record was written with the fact that answered its message.
+async fn check_inbox(tx: &Tx<'_>, r: &mut Report) -> Result<()> {
+    let unanswered: i64 = tx
+        .query_one("SELECT count(*) FROM inbox WHERE seq IS NULL", &[])
+        .await
+        .map_err(|e| pg_err(&e))
+        .and_then(|row| get(&row, 0))?;
+    if unanswered > 0 {
+        r.add(
+            checks::KEY_FACT,
+            format!("{unanswered} inbox records have no fact"),
+        );
+    }
+    Ok(())
+}
+
+/// Counters against the fold.
+async fn check_counters(tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+    let rows = tx
+        .query(
+            "SELECT name, sum(n)::bigint FROM counters GROUP BY name",
+            &[],
+        )
+        .await
+        .map_err(|e| pg_err(&e))?;
+    let mut by_name = HashMap::new();
+    for row in &rows {
+        by_name.insert(get::<String>(row, 0)?, get::<i64>(row, 1)?);
+    }
+    let counted = stats_from_counters(&by_name);
+    let stats = &fold.stats;
+    let pairs = [
+        ("keys done", counted.keys_done, stats.keys_done),
+        ("keys expired", counted.keys_expired, stats.keys_expired),
+        ("applied", counted.applied_total(), stats.applied_total()),
+        ("rejected", counted.rejected_total(), stats.rejected_total()),
+    ];
+    for (name, stored, folded) in pairs {
+        if stored != folded {
+            fold.r.add(
+                checks::COUNTERS,
+                format!("{name}: stored {stored}, the log gives {folded}"),
+            );
+        }
+    }
+    if counted.applied != stats.applied || counted.rejected != stats.rejected {
+        fold.r.add(
+            checks::COUNTERS,
+            "per-kind counts differ from the log".into(),
+        );
+    }
+    Ok(())
 }

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
@@ -80,6 +81,17 @@ enum Pending {
     },
     /// Signalled once everything before it is durable.
     Barrier(Sender<()>),
+}
+
+/// A command as the committer takes it from the queue.
+struct Queued {
+    ck: (ClientId, Key),
+    command: Command,
+    fingerprint: Fingerprint,
+    token: u64,
+    message: Option<MessageId>,
+    arrived: Instant,
+    reply: Reply,
 }
 
 /// A batch that is written (atomically, in sled's memory) and waits for durability.
@@ -210,98 +222,7 @@ impl Committer {
             }
             let mut stop = false;
             for request in requests {
-                match request {
-                    Request::Shutdown => stop = true,
-                    Request::Pause(until) => {
-                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
-                        // Returns when the guard is dropped.
-                        let _ = until.recv();
-                    }
-                    Request::Sweep { reply } => {
-                        // Apply what came before, then sweep in its own batch.
-                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
-                        match self.sweep(&mut staged, &mut stats) {
-                            Ok(expired) => staged.answers.push(Pending::Sweep { reply, expired }),
-                            Err(e) => reply(Err(e)),
-                        }
-                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
-                    }
-                    Request::Verify { step, reply } => {
-                        // The step reads the tree with every batch before it applied and
-                        // none running: one consistent state.
-                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
-                        reply(step());
-                    }
-                    Request::Quarantine {
-                        message_id,
-                        reason,
-                        payload,
-                        reply,
-                    } => {
-                        let id = self.next_quarantine;
-                        self.next_quarantine += 1;
-                        let record = Quarantined {
-                            id,
-                            at: self.shared.config.clock.now(),
-                            message_id,
-                            reason,
-                            payload,
-                        };
-                        staged
-                            .batch
-                            .insert(&quarantine_key(id)[..], encode(&record));
-                        staged.answers.push(Pending::Quarantine { reply, id });
-                    }
-                    Request::Command {
-                        client,
-                        key,
-                        command,
-                        fingerprint,
-                        token,
-                        message,
-                        arrived,
-                        reply,
-                    } => {
-                        let ck = (client, key);
-                        let failed = self.shared.failed.lock().clone();
-                        let answer = match failed {
-                            Some(reason) => Err(LedgerError::Unavailable(reason)),
-                            None => self.stage(
-                                &mut staged,
-                                &mut stats,
-                                &ck,
-                                command,
-                                fingerprint,
-                                message,
-                            ),
-                        };
-                        match answer {
-                            // Nothing was staged for it (a refund of a withdrawal in
-                            // flight): answered now, and its claim released, so that its
-                            // retry is not told 409 by its own claim.
-                            Ok(answer @ Submission::InProgress { .. }) => {
-                                self.shared.release(&ck, token);
-                                self.shared.shard(&ck).lock().note(&ck, false);
-                                self.shared
-                                    .conflicts_in_flight
-                                    .fetch_add(1, Ordering::Relaxed);
-                                reply(Ok(answer));
-                            }
-                            Ok(answer) => staged.answers.push(Pending::Command {
-                                ck,
-                                token,
-                                fingerprint,
-                                reply,
-                                answer,
-                                arrived,
-                            }),
-                            Err(e) => {
-                                self.shared.release(&ck, token);
-                                reply(Err(e));
-                            }
-                        }
-                    }
-                }
+                stop |= self.take(request, &mut staged, &mut stats, &to_syncer);
             }
             if stop {
                 break;
@@ -315,7 +236,11 @@ impl Committer {
             }
         }
         self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
-        // Everything applied becomes durable and is answered before the threads end.
+        self.stop_syncer(to_syncer, syncer);
+    }
+
+    /// Waits until everything applied is durable and answered, then ends the syncer.
+    fn stop_syncer(&self, to_syncer: Sender<Applied>, syncer: JoinHandle<()>) {
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
         let barrier = Applied {
             answers: vec![Pending::Barrier(done_tx)],
@@ -330,6 +255,125 @@ impl Committer {
         let _ = syncer.join();
     }
 
+    /// Takes one request into the batch in the making, or runs it between two batches.
+    /// Returns whether it asks the committer to stop.
+    fn take(
+        &mut self,
+        request: Request,
+        staged: &mut Staged,
+        stats: &mut Stats,
+        to_syncer: &Sender<Applied>,
+    ) -> bool {
+        match request {
+            Request::Shutdown => return true,
+            Request::Pause(until) => {
+                self.apply(std::mem::take(staged), stats, to_syncer);
+                // Returns when the guard is dropped.
+                let _ = until.recv();
+            }
+            Request::Sweep { reply } => {
+                // Apply what came before, then sweep in its own batch.
+                self.apply(std::mem::take(staged), stats, to_syncer);
+                match self.sweep(staged, stats) {
+                    Ok(expired) => staged.answers.push(Pending::Sweep { reply, expired }),
+                    Err(e) => reply(Err(e)),
+                }
+                self.apply(std::mem::take(staged), stats, to_syncer);
+            }
+            Request::Verify { step, reply } => {
+                // The step reads the tree with every batch before it applied and none
+                // running: one consistent state.
+                self.apply(std::mem::take(staged), stats, to_syncer);
+                reply(step());
+            }
+            Request::Quarantine {
+                message_id,
+                reason,
+                payload,
+                reply,
+            } => {
+                let id = self.next_quarantine;
+                self.next_quarantine += 1;
+                let record = Quarantined {
+                    id,
+                    at: self.shared.config.clock.now(),
+                    message_id,
+                    reason,
+                    payload,
+                };
+                staged
+                    .batch
+                    .insert(&quarantine_key(id)[..], encode(&record));
+                staged.answers.push(Pending::Quarantine { reply, id });
+            }
+            Request::Command {
+                client,
+                key,
+                command,
+                fingerprint,
+                token,
+                message,
+                arrived,
+                reply,
+            } => {
+                let command = Queued {
+                    ck: (client, key),
+                    command,
+                    fingerprint,
+                    token,
+                    message,
+                    arrived,
+                    reply,
+                };
+                self.take_command(command, staged, stats);
+            }
+        }
+        false
+    }
+
+    /// Stages a command, or answers it at once when nothing is staged for it.
+    fn take_command(&mut self, queued: Queued, staged: &mut Staged, stats: &mut Stats) {
+        let Queued {
+            ck,
+            command,
+            fingerprint,
+            token,
+            message,
+            arrived,
+            reply,
+        } = queued;
+        let failed = self.shared.failed.lock().clone();
+        let answer = match failed {
+            Some(reason) => Err(LedgerError::Unavailable(reason)),
+            None => self.stage(staged, stats, &ck, command, fingerprint, message),
+        };
+        match answer {
+            // Nothing was staged for it (a refund of a withdrawal in flight): answered
+            // now, and its claim released, so that its retry is not told 409 by its own
+            // claim.
+            Ok(answer @ Submission::InProgress { .. }) => {
+                self.shared.release(&ck, token);
+                self.shared.shard(&ck).lock().note(&ck, false);
+                self.shared
+                    .conflicts_in_flight
+                    .fetch_add(1, Ordering::Relaxed);
+                reply(Ok(answer));
+            }
+            Ok(answer) => staged.answers.push(Pending::Command {
+                ck,
+                token,
+                fingerprint,
+                reply,
+                answer,
+                arrived,
+            }),
+            Err(e) => {
+                self.shared.release(&ck, token);
+                reply(Err(e));
+            }
+        }
+    }
+
     /// Decides one command into the staged batch: the compare-and-swap on its key, then
     /// the pure decision, then its fact, key record and projections.
     fn stage(
@@ -342,66 +386,13 @@ impl Committer {
         message: Option<MessageId>,
     ) -> Result<Submission> {
         let (client, key) = ck;
-        if let Some(message_id) = &message {
-            let mfp = message_fingerprint(client, key, &command);
-            let seen = match staged.inbox.get(message_id) {
-                Some(f) => Some(*f),
-                None => match self
-                    .shared
-                    .tree
-                    .get(inbox_key(message_id))
-                    .map_err(io_err)?
-                {
-                    Some(v) => Some(
-                        decode::<InboxRecord>("inbox record", &v)
-                            .map_err(|e| self.shared.corrupt(e))?
-                            .fingerprint,
-                    ),
-                    None => None,
-                },
-            };
-            if seen.is_some_and(|f| f != mfp) {
-                let reason = "message_id_reused: this message id was delivered before with \
-                              another payload";
-                // Kept with the reason, in the same batch as the answer.
-                let id = self.next_quarantine;
-                self.next_quarantine += 1;
-                let record = Quarantined {
-                    id,
-                    at: self.shared.config.clock.now(),
-                    message_id: Some(message_id.as_str().to_owned()),
-                    reason: reason.into(),
-                    payload: format!(
-                        "{{\"key\":{:?},\"command\":{:?}}}",
-                        key.as_str(),
-                        command.name()
-                    ),
-                };
-                staged
-                    .batch
-                    .insert(&quarantine_key(id)[..], encode(&record));
-                return Ok(Submission::Quarantined {
-                    reason: reason.into(),
-                });
-            }
+        if let Some(message_id) = &message
+            && let Some(refused) = self.reused_message(staged, message_id, client, key, &command)?
+        {
+            return Ok(refused);
         }
         // The compare: is the key taken, in this batch or on disk?
-        let existing = match staged.keys.get(ck) {
-            Some((f, fact)) => Some((*f, Outcome::from_fact(fact))),
-            None => match self
-                .shared
-                .tree
-                .get(scoped_key(P_KEY, client, key.as_str()))
-                .map_err(io_err)?
-            {
-                None => None,
-                Some(bytes) => {
-                    let rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
-                    Some((rec.fingerprint, self.shared.stored_outcome(rec.seq)?))
-                }
-            },
-        };
-        if let Some((stored, outcome)) = existing {
+        if let Some((stored, outcome)) = self.existing(staged, ck)? {
             return Ok(match core::classify(Some(stored), fingerprint) {
                 Seen::Reused => {
                     self.shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
@@ -425,17 +416,105 @@ impl Committer {
         let at = self.shared.config.clock.now().max(stats.last_at);
         let fact = core::decide(client, key, &command, &inputs, seq, at);
         let outcome = Outcome::from_fact(&fact);
+        self.stage_fact(staged, &fact, fingerprint);
+        stats.apply(&fact);
+        self.note_message(staged, message, client, key, &command, seq);
+        staged.keys.insert(ck.clone(), (fingerprint, fact));
+        Ok(Submission::Executed(outcome))
+    }
+
+    /// The refusal of a message whose id the inbox saw with another payload, kept in
+    /// quarantine with the reason in the same batch; `None` for a new id or a redelivery.
+    fn reused_message(
+        &mut self,
+        staged: &mut Staged,
+        message_id: &MessageId,
+        client: &ClientId,
+        key: &Key,
+        command: &Command,
+    ) -> Result<Option<Submission>> {
+        let mfp = message_fingerprint(client, key, command);
+        let seen = match staged.inbox.get(message_id) {
+            Some(f) => Some(*f),
+            None => match self
+                .shared
+                .tree
+                .get(inbox_key(message_id))
+                .map_err(io_err)?
+            {
+                Some(v) => Some(
+                    decode::<InboxRecord>("inbox record", &v)
+                        .map_err(|e| self.shared.corrupt(e))?
+                        .fingerprint,
+                ),
+                None => None,
+            },
+        };
+        if !seen.is_some_and(|f| f != mfp) {
+            return Ok(None);
+        }
+        let reason = "message_id_reused: this message id was delivered before with \
+                      another payload";
+        let id = self.next_quarantine;
+        self.next_quarantine += 1;
+        let record = Quarantined {
+            id,
+            at: self.shared.config.clock.now(),
+            message_id: Some(message_id.as_str().to_owned()),
+            reason: reason.into(),
+            payload: format!(
+                "{{\"key\":{:?},\"command\":{:?}}}",
+                key.as_str(),
+                command.name()
+            ),
+        };
+        staged
+            .batch
+            .insert(&quarantine_key(id)[..], encode(&record));
+        Ok(Some(Submission::Quarantined {
+            reason: reason.into(),
+        }))
+    }
+
+    /// What the key holds, in this batch or on disk: its command's fingerprint and its
+    /// answer; `None` for a key not done.
+    fn existing(
+        &self,
+        staged: &Staged,
+        ck: &(ClientId, Key),
+    ) -> Result<Option<(Fingerprint, Outcome)>> {
+        if let Some((f, fact)) = staged.keys.get(ck) {
+            return Ok(Some((*f, Outcome::from_fact(fact))));
+        }
+        let Some(bytes) = self
+            .shared
+            .tree
+            .get(scoped_key(P_KEY, &ck.0, ck.1.as_str()))
+            .map_err(io_err)?
+        else {
+            return Ok(None);
+        };
+        let rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
+        Ok(Some((
+            rec.fingerprint,
+            self.shared.stored_outcome(rec.seq)?,
+        )))
+    }
+
+    /// Stages a decided fact with its key record, balances and refunded total.
+    fn stage_fact(&self, staged: &mut Staged, fact: &Fact, fingerprint: Fingerprint) {
+        let (client, key, seq) = (&fact.client, &fact.key, fact.seq);
         staged.batch.insert(&fact_key(seq)[..], fact.encode());
         let record = KeyRecord {
             seq,
-            at,
+            at: fact.at,
             fingerprint,
             expired: false,
         };
         staged
             .batch
             .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
-        for (account, currency, delta) in crate::projection::legs(&fact) {
+        for (account, currency, delta) in crate::projection::legs(fact) {
             // Copy the account's balances from the working state only on its first touch
             // in this batch; later commands on it reuse the staged copy.
             let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
@@ -464,10 +543,6 @@ impl Committer {
                 refunded_total.to_be_bytes().to_vec(),
             );
         }
-        stats.apply(&fact);
-        self.note_message(staged, message, client, key, &command, seq);
-        staged.keys.insert(ck.clone(), (fingerprint, fact));
-        Ok(Submission::Executed(outcome))
     }
 
     fn note_message(

@@ -224,68 +224,10 @@ impl SledStore {
             .map_err(|e| open_err(&shown, e))?;
         released.data_file = Some(path.join("db"));
         let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
-        let corrupt = |detail: String| LedgerError::Corrupt {
-            path: shown.clone(),
-            detail,
-        };
-
-        let stats: Option<Stats> = match tree.get(STATS_KEY).map_err(|e| open_err(&shown, e))? {
-            None => None,
-            Some(v) => Some(decode("stats", &v).map_err(|e| corrupt(e.to_string()))?),
-        };
-        let last = tree
-            .scan_prefix([P_FACT])
-            .next_back()
-            .transpose()
-            .map_err(|e| open_err(&shown, e))?;
-        let last_fact = match &last {
-            None => None,
-            Some((k, v)) => {
-                let seq =
-                    seq_of(k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
-                Some(Fact::decode(seq, v).map_err(|e| corrupt(e.to_string()))?)
-            }
-        };
+        let (stats, last_fact) = check_tail(&tree, &shown)?;
         let fresh = stats.is_none();
         let stats = stats.unwrap_or_default();
-        let tail = last_fact.as_ref().map_or(0, |f| f.seq);
-        if tail != stats.last_seq {
-            return Err(corrupt(format!(
-                "the log ends at seq {tail} but the projections were written at seq {}",
-                stats.last_seq
-            )));
-        }
-        if let Some(fact) = &last_fact {
-            let rec = tree
-                .get(scoped_key(P_KEY, &fact.client, fact.key.as_str()))
-                .map_err(|e| open_err(&shown, e))?
-                .ok_or_else(|| corrupt(format!("the last fact (seq {tail}) has no key record")))?;
-            let rec = KeyRecord::decode(&rec).map_err(|e| corrupt(e.to_string()))?;
-            if rec.seq != fact.seq {
-                return Err(corrupt(format!(
-                    "the last fact (seq {tail}) and its key record (seq {}) disagree",
-                    rec.seq
-                )));
-            }
-        }
-        let mut balances = Balances::default();
-        for item in tree.scan_prefix([P_ACCOUNT]) {
-            let (k, v) = item.map_err(|e| open_err(&shown, e))?;
-            let (account, currency, balance) =
-                decode_balance(&k, &v).ok_or_else(|| corrupt("an undecodable balance".into()))?;
-            balances
-                .accounts
-                .entry(account)
-                .or_default()
-                .insert(currency, balance);
-        }
-        for (currency, sum) in balances.sums() {
-            if sum != 0 {
-                return Err(corrupt(format!(
-                    "balances in {currency} sum to {sum}, not 0"
-                )));
-            }
-        }
+        let balances = load_balances(&tree, &shown)?;
         let data_file = if config.fsync {
             Some(File::open(path.join("db")).map_err(|e| {
                 LedgerError::Unavailable(format!("opening the data file for fdatasync: {e}"))
@@ -810,6 +752,79 @@ impl Drop for SledStore {
             self.shutdown();
         }
     }
+}
+
+/// Reads the stats record (`None`: a new ledger) and the log's last fact, and checks that
+/// they agree with each other and with the fact's key record.
+fn check_tail(tree: &sled::Tree, shown: &str) -> Result<(Option<Stats>, Option<Fact>)> {
+    let corrupt = |detail: String| LedgerError::Corrupt {
+        path: shown.to_owned(),
+        detail,
+    };
+    let stats: Option<Stats> = match tree.get(STATS_KEY).map_err(|e| open_err(shown, e))? {
+        None => None,
+        Some(v) => Some(decode("stats", &v).map_err(|e| corrupt(e.to_string()))?),
+    };
+    let last = tree
+        .scan_prefix([P_FACT])
+        .next_back()
+        .transpose()
+        .map_err(|e| open_err(shown, e))?;
+    let last_fact = match &last {
+        None => None,
+        Some((k, v)) => {
+            let seq = seq_of(k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
+            Some(Fact::decode(seq, v).map_err(|e| corrupt(e.to_string()))?)
+        }
+    };
+    let tail = last_fact.as_ref().map_or(0, |f| f.seq);
+    let last_seq = stats.as_ref().map_or(0, |s| s.last_seq);
+    if tail != last_seq {
+        return Err(corrupt(format!(
+            "the log ends at seq {tail} but the projections were written at seq {last_seq}"
+        )));
+    }
+    if let Some(fact) = &last_fact {
+        let rec = tree
+            .get(scoped_key(P_KEY, &fact.client, fact.key.as_str()))
+            .map_err(|e| open_err(shown, e))?
+            .ok_or_else(|| corrupt(format!("the last fact (seq {tail}) has no key record")))?;
+        let rec = KeyRecord::decode(&rec).map_err(|e| corrupt(e.to_string()))?;
+        if rec.seq != fact.seq {
+            return Err(corrupt(format!(
+                "the last fact (seq {tail}) and its key record (seq {}) disagree",
+                rec.seq
+            )));
+        }
+    }
+    Ok((stats, last_fact))
+}
+
+/// Reads the stored balances and checks that they sum to zero per currency.
+fn load_balances(tree: &sled::Tree, shown: &str) -> Result<Balances> {
+    let corrupt = |detail: String| LedgerError::Corrupt {
+        path: shown.to_owned(),
+        detail,
+    };
+    let mut balances = Balances::default();
+    for item in tree.scan_prefix([P_ACCOUNT]) {
+        let (k, v) = item.map_err(|e| open_err(shown, e))?;
+        let (account, currency, balance) =
+            decode_balance(&k, &v).ok_or_else(|| corrupt("an undecodable balance".into()))?;
+        balances
+            .accounts
+            .entry(account)
+            .or_default()
+            .insert(currency, balance);
+    }
+    for (currency, sum) in balances.sums() {
+        if sum != 0 {
+            return Err(corrupt(format!(
+                "balances in {currency} sum to {sum}, not 0"
+            )));
+        }
+    }
+    Ok(balances)
 }
 
 /// Calls `start` with a reply callback and waits for the answer: the blocking face of
