@@ -9,6 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use ledger::Store as _;
 use ledger::{Account, ClientId, Command, Currency, Key, MessageId, SledStore, Submission};
 use serde_json::Value;
 
@@ -129,8 +130,8 @@ pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
     let _ = stop.send(());
     let _ = runtime.block_on(server);
     drop(runtime);
-    let verified = ledger.verify();
-    ledger.shutdown();
+    let verified = ledger.blocking().verify();
+    ledger.blocking().shutdown();
     let ok = result?;
     let report = verified?;
     writeln!(out, "\nverify: {report}")?;
@@ -312,7 +313,10 @@ fn broker_redeliveries(
         );
         for _ in 0..3 {
             inbox.deliveries += 1;
-            match ledger.deliver(&id, &default, &key, command.clone())? {
+            match ledger
+                .blocking()
+                .deliver(&id, &default, &key, command.clone())?
+            {
                 Submission::Executed(_) => inbox.first += 1,
                 Submission::Replayed(_) => inbox.replays += 1,
                 _ => {}
@@ -396,10 +400,12 @@ fn summary(
     };
     let effects = ledger.durable_seq() - seq_before;
     let bob = ledger
+        .blocking()
         .account(&Account::parse("bob")?)
         .and_then(|per| per.values().next().copied())
         .unwrap_or(0);
     let carol = ledger
+        .blocking()
         .account(&Account::parse("carol")?)
         .and_then(|per| per.values().next().copied())
         .unwrap_or(0);

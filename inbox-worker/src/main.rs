@@ -603,7 +603,7 @@ fn consume(args: ConsumeArgs) -> anyhow::Result<u8> {
         &ledger, &mut input, &client, &progress,
     ));
     progress.finish_and_clear();
-    ledger.shutdown();
+    ledger.blocking().shutdown();
     match result {
         Ok(summary) => {
             print!("{summary}");
@@ -663,8 +663,8 @@ fn verify(db: &Path) -> anyhow::Result<u8> {
         verify_in_parallel: true,
         ..c
     })?;
-    let report = ledger.verify();
-    ledger.shutdown();
+    let report = ledger.blocking().verify();
+    ledger.blocking().shutdown();
     let report = report?;
     println!("{report}");
     let _ = std::io::stdout().flush();

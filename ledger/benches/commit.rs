@@ -42,7 +42,10 @@ fn submit_all(
                     let k = keys(n);
                     let key = Key::parse(&format!("{prefix}-{k}")).unwrap();
                     let account = &accounts[usize::try_from(k % 100).unwrap()];
-                    let s = ledger.submit(&client, &key, withdraw(account)).unwrap();
+                    let s = ledger
+                        .blocking()
+                        .submit(&client, &key, withdraw(account))
+                        .unwrap();
                     assert!(s.outcome().is_some_and(Outcome::is_applied));
                 }
             });
@@ -60,6 +63,7 @@ fn bench(c: &mut Criterion) {
         .collect();
     for (i, a) in accounts.iter().enumerate() {
         ledger
+            .blocking()
             .submit(
                 &client,
                 &Key::parse(&format!("seed-{i}")).unwrap(),
@@ -74,7 +78,10 @@ fn bench(c: &mut Criterion) {
     for n in 0..10_000u64 {
         let key = Key::parse(&format!("replay-{n}")).unwrap();
         let account = &accounts[usize::try_from(n % 100).unwrap()];
-        ledger.submit(&client, &key, withdraw(account)).unwrap();
+        ledger
+            .blocking()
+            .submit(&client, &key, withdraw(account))
+            .unwrap();
     }
     let fresh = AtomicU64::new(0);
     let mut group = c.benchmark_group("durable");

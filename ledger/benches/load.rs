@@ -38,6 +38,7 @@ fn seed_accounts(ledger: &SledStore, n: usize) -> Vec<Account> {
         .map(|i| {
             let a = Account::parse(&format!("acct{i}")).unwrap();
             ledger
+                .blocking()
                 .submit(
                     &client,
                     &Key::parse(&format!("seed-{i}")).unwrap(),
@@ -105,7 +106,10 @@ fn run(
                     };
                     let key = Key::parse(&key).unwrap();
                     let t0 = Instant::now();
-                    let s = ledger.submit(&client, &key, withdraw(account)).unwrap();
+                    let s = ledger
+                        .blocking()
+                        .submit(&client, &key, withdraw(account))
+                        .unwrap();
                     lat.push(t0.elapsed().as_micros() as u64);
                     assert!(s.outcome().is_some_and(Outcome::is_applied), "{s:?}");
                     i += 1;
@@ -213,6 +217,7 @@ fn main() {
     for n in 0..10_000u64 {
         let key = Key::parse(&format!("replay-{n}")).unwrap();
         ledger
+            .blocking()
             .submit(
                 &client,
                 &key,
@@ -241,7 +246,10 @@ fn main() {
             for n in 0..10_000u64 {
                 let key = Key::parse(&format!("replay-{n}")).unwrap();
                 let account = &accounts[(n as usize) % accounts.len()];
-                ledger.submit(&client, &key, withdraw(account)).unwrap();
+                ledger
+                    .blocking()
+                    .submit(&client, &key, withdraw(account))
+                    .unwrap();
             }
         }
         for (mode, submitters) in [
@@ -281,7 +289,7 @@ fn main() {
         m.commands as f64 / m.batches.max(1) as f64,
         m.batch_size_max
     );
-    ledger.shutdown();
+    ledger.blocking().shutdown();
     drop(ledger);
 
     // A large ledger: bytes per fact and time to open.
@@ -309,6 +317,7 @@ fn main() {
                     }
                     let key = Key::parse(&format!("ord-{n:08}")).unwrap();
                     ledger
+                        .blocking()
                         .submit(
                             &client,
                             &key,
@@ -323,8 +332,8 @@ fn main() {
         h.join().unwrap();
     }
     let fill_secs = fill.elapsed().as_secs_f64();
-    let n = ledger.stats().last_seq;
-    ledger.shutdown();
+    let n = ledger.blocking().stats().last_seq;
+    ledger.blocking().shutdown();
     drop(ledger);
     let bytes = dir_size(&path);
     println!(
@@ -355,7 +364,9 @@ fn main() {
         while !until() {
             let key = Key::parse(&format!("probe-{tag}-{count}")).unwrap();
             let t = Instant::now();
-            l.submit(&client, &key, withdraw(&account)).unwrap();
+            l.blocking()
+                .submit(&client, &key, withdraw(&account))
+                .unwrap();
             worst = worst.max(t.elapsed());
             count += 1;
         }
@@ -370,7 +381,7 @@ fn main() {
         std::thread::spawn(move || probe(&l, "busy", &|| done.load(Ordering::Relaxed)))
     };
     let t = Instant::now();
-    let report = l.verify().unwrap();
+    let report = l.blocking().verify().unwrap();
     let verify_secs = t.elapsed().as_secs_f64();
     done.store(true, Ordering::Relaxed);
     let (busy_n, busy_worst) = prober.join().unwrap();
@@ -384,7 +395,7 @@ fn main() {
         busy_worst.as_secs_f64() * 1e3,
         quiet_worst.as_secs_f64() * 1e3,
     );
-    l.shutdown();
+    l.blocking().shutdown();
     drop(l);
 
     // The offline `verify` command: nothing else running, the key records read on a
@@ -395,7 +406,7 @@ fn main() {
     })
     .unwrap();
     let t = Instant::now();
-    let report = l.verify().unwrap();
+    let report = l.blocking().verify().unwrap();
     let offline = t.elapsed().as_secs_f64();
     println!(
         "verify {} facts alone, on two threads: {offline:.2} s ({:.0} facts/s), {}",
@@ -403,7 +414,7 @@ fn main() {
         report.facts as f64 / offline,
         if report.ok() { "ok" } else { "VIOLATIONS" },
     );
-    l.shutdown();
+    l.blocking().shutdown();
     drop(l);
 
     // The floor under that: sled's own iteration over the same facts and key records,

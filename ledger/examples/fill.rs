@@ -51,6 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     };
                     let key = Key::parse(&format!("ord-{n:08}")).map_err(|e| e.to_string())?;
                     ledger
+                        .blocking()
                         .submit(&client, &key, command)
                         .map_err(|e| e.to_string())?;
                 }
@@ -60,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for w in workers {
         w.join().map_err(|_| "a filler thread panicked")??;
     }
-    let stats = ledger.stats();
+    let stats = ledger.blocking().stats();
     println!(
         "{} facts in {:.1} s; {} applied, {} rejected",
         stats.last_seq,
@@ -68,6 +69,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         stats.applied_total(),
         stats.rejected_total()
     );
-    ledger.shutdown();
+    ledger.blocking().shutdown();
     Ok(())
 }

@@ -17,6 +17,7 @@ fn open_with_alice() -> (tempfile::TempDir, SledStore, ClientId, Account) {
         currency: rub(),
     };
     ledger
+        .blocking()
         .submit(&client, &Key::parse("d").unwrap(), deposit)
         .unwrap();
     (dir, ledger, client, alice)
@@ -41,6 +42,7 @@ fn sixty_four_threads_one_key_one_effect() {
             std::thread::spawn(move || {
                 barrier.wait();
                 ledger
+                    .blocking()
                     .submit(
                         &client,
                         &Key::parse("pay-1").unwrap(),
@@ -71,9 +73,9 @@ fn sixty_four_threads_one_key_one_effect() {
             other => panic!("unexpected {other:?}"),
         }
     }
-    assert_eq!(ledger.account(&alice).unwrap()[&rub()], 700);
-    assert_eq!(ledger.stats().applied, [1, 1, 0]);
-    assert!(ledger.verify().unwrap().ok());
+    assert_eq!(ledger.blocking().account(&alice).unwrap()[&rub()], 700);
+    assert_eq!(ledger.blocking().stats().applied, [1, 1, 0]);
+    assert!(ledger.blocking().verify().unwrap().ok());
 }
 
 #[test]
@@ -94,6 +96,7 @@ fn thirty_two_threads_racing_withdrawals_never_overdraw() {
                 for i in 0..20 {
                     let key = Key::parse(&format!("w-{t}-{i}")).unwrap();
                     let s = ledger
+                        .blocking()
                         .submit(
                             &client,
                             &key,
@@ -119,10 +122,10 @@ fn thirty_two_threads_racing_withdrawals_never_overdraw() {
     let applied: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     // 1000 / 7 = 142 withdrawals fit, and all of them must have gone through.
     assert_eq!(applied, 142);
-    let balance = ledger.account(&alice).unwrap()[&rub()];
+    let balance = ledger.blocking().account(&alice).unwrap()[&rub()];
     assert_eq!(balance, 1_000 - 142 * 7);
-    assert_eq!(ledger.balances().sums()[&rub()], 0);
-    let report = ledger.verify().unwrap();
+    assert_eq!(ledger.blocking().balances().sums()[&rub()], 0);
+    let report = ledger.blocking().verify().unwrap();
     assert!(report.ok(), "{report}");
 }
 
@@ -139,7 +142,11 @@ fn done_k1() -> (tempfile::TempDir, SledStore, ClientId, Outcome) {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     let client = ClientId::parse("shop").unwrap();
-    let first = match ledger.submit(&client, &k("k1"), deposit(100)).unwrap() {
+    let first = match ledger
+        .blocking()
+        .submit(&client, &k("k1"), deposit(100))
+        .unwrap()
+    {
         Submission::Executed(o) => o,
         other => panic!("the first submission did not execute: {other:?}"),
     };
@@ -196,7 +203,10 @@ fn regression_a_claim_by_another_command_does_not_refuse_a_true_retry() {
     // Hold the committer so that the message's claim stays live.
     let pause = ledger.pause();
     let message = deliver_later(&ledger, &client, "k1", deposit(101), "msg-1");
-    let retry = ledger.submit(&client, &k("k1"), deposit(100)).unwrap();
+    let retry = ledger
+        .blocking()
+        .submit(&client, &k("k1"), deposit(100))
+        .unwrap();
     drop(pause);
     let message = message.recv().unwrap();
     assert!(matches!(message, Ok(Submission::Reused)), "{message:?}");
@@ -213,6 +223,7 @@ fn regression_a_claim_by_another_command_does_not_refuse_a_true_retry() {
 fn regression_a_reused_message_id_under_a_foreign_claim_is_not_replayed() {
     let (_dir, ledger, client, _first) = done_k1();
     let used = ledger
+        .blocking()
         .deliver(
             &MessageId::parse("m-old").unwrap(),
             &client,
@@ -251,6 +262,7 @@ fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
         // Told to come again: its redelivery is recorded with its replay.
         Ok(Submission::InProgress { .. }) => {
             let again = ledger
+                .blocking()
                 .deliver(
                     &MessageId::parse("m-new").unwrap(),
                     &client,
@@ -265,6 +277,7 @@ fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
     }
     // Either way its id is in the inbox now: used again for another key, it is refused.
     let reused = ledger
+        .blocking()
         .deliver(
             &MessageId::parse("m-new").unwrap(),
             &client,
@@ -291,8 +304,14 @@ fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
     // Hold the committer so that the first replay's claim stays live.
     let pause = ledger.pause();
     let on_its_way = submit_later(&ledger, &client, "k1", deposit(100), None);
-    let twin = ledger.submit(&client, &k("k1"), deposit(100)).unwrap();
-    let other = ledger.submit(&client, &k("k1"), deposit(101)).unwrap();
+    let twin = ledger
+        .blocking()
+        .submit(&client, &k("k1"), deposit(100))
+        .unwrap();
+    let other = ledger
+        .blocking()
+        .submit(&client, &k("k1"), deposit(101))
+        .unwrap();
     drop(pause);
     assert_eq!(twin, Submission::Replayed(first.clone()), "the twin");
     assert_eq!(other, Submission::Reused, "another command under the claim");
@@ -301,7 +320,10 @@ fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
     // A twin of a key that is really in flight is still told so.
     let pause = ledger.pause();
     let new_key = submit_later(&ledger, &client, "k2", deposit(5), None);
-    let twin = ledger.submit(&client, &k("k2"), deposit(5)).unwrap();
+    let twin = ledger
+        .blocking()
+        .submit(&client, &k("k2"), deposit(5))
+        .unwrap();
     drop(pause);
     assert!(matches!(twin, Submission::InProgress { .. }), "{twin:?}");
     assert!(matches!(

@@ -135,7 +135,7 @@ fn run(script: &str) -> String {
                 h.clock.advance_ms(if sign == "-" { -ms } else { ms });
                 format!("now {:?}", h.clock.now())
             }
-            ["sweep"] => format!("expired {}", h.ledger().sweep().unwrap()),
+            ["sweep"] => format!("expired {}", h.ledger().blocking().sweep().unwrap()),
             ["pause"] => {
                 h.pause = Some(h.ledger().pause());
                 "committer paused".into()
@@ -151,7 +151,7 @@ fn run(script: &str) -> String {
             }
             ["restart"] => {
                 let l = h.ledger.take().unwrap();
-                l.shutdown();
+                l.blocking().shutdown();
                 drop(l);
                 let r = h.open();
                 format!(
@@ -160,7 +160,7 @@ fn run(script: &str) -> String {
                 )
             }
             ["balances"] => {
-                let b = h.ledger().balances();
+                let b = h.ledger().blocking().balances();
                 let mut s = String::new();
                 for (account, per) in &b.accounts {
                     for (currency, balance) in per {
@@ -172,7 +172,7 @@ fn run(script: &str) -> String {
                 s
             }
             ["stats"] => {
-                let s = h.ledger().stats();
+                let s = h.ledger().blocking().stats();
                 format!(
                     "last_seq={} applied={:?} rejected={:?} done={} expired={} replayed={} in_flight={} reused={}",
                     s.last_seq,
@@ -186,7 +186,7 @@ fn run(script: &str) -> String {
                 )
             }
             ["verify"] => {
-                let r = h.ledger().verify().unwrap();
+                let r = h.ledger().blocking().verify().unwrap();
                 assert!(r.ok(), "verify failed:\n{r}");
                 r.to_string()
             }
@@ -194,6 +194,7 @@ fn run(script: &str) -> String {
                 let (c, k) = target.split_once('/').unwrap();
                 match h
                     .ledger()
+                    .blocking()
                     .key(&ClientId::parse(c).unwrap(), &Key::parse(k).unwrap())
                     .unwrap()
                 {
@@ -231,7 +232,7 @@ fn run(script: &str) -> String {
                         }
                     }
                 } else {
-                    show(&h.ledger().submit(&client, &key, command))
+                    show(&h.ledger().blocking().submit(&client, &key, command))
                 }
             }
             other => panic!("unknown step {other:?}"),
@@ -242,7 +243,7 @@ fn run(script: &str) -> String {
     }
     // Every script ends with the guarantees checked.
     if h.pause.is_none() {
-        let r = h.ledger().verify().unwrap();
+        let r = h.ledger().blocking().verify().unwrap();
         assert!(r.ok(), "verify failed at the end:\n{r}\n{out}");
     }
     out

@@ -24,6 +24,7 @@ fn submit_many(ledger: &SledStore, keys: Vec<String>) {
                 let client = ClientId::default_client();
                 for (i, k) in keys.iter().enumerate().skip(t).step_by(16) {
                     let s = ledger
+                        .blocking()
                         .submit(
                             &client,
                             &Key::parse(k).unwrap(),
@@ -53,10 +54,11 @@ fn filtered_pages_stop_early_and_following_next_finds_everything() {
     clock.advance_ms(25 * 3_600_000);
     let total = u32::try_from(KEYS_SCAN_MAX).unwrap() + 5_000;
     submit_many(&ledger, (0..total).map(|i| format!("a-{i:06}")).collect());
-    assert_eq!(ledger.sweep().unwrap(), 100);
+    assert_eq!(ledger.blocking().sweep().unwrap(), 100);
 
     // The expired keys lie beyond one call's scan: the first page is empty but not the end.
     let first = ledger
+        .blocking()
         .keys(Some(KeyStatus::Expired), None, None, 50)
         .unwrap();
     assert!(first.keys.is_empty());
@@ -71,6 +73,7 @@ fn filtered_pages_stop_early_and_following_next_finds_everything() {
     loop {
         calls += 1;
         let page = ledger
+            .blocking()
             .keys(
                 Some(KeyStatus::Expired),
                 None,
@@ -95,6 +98,7 @@ fn filtered_pages_stop_early_and_following_next_finds_everything() {
     let mut after = None;
     loop {
         let page = ledger
+            .blocking()
             .keys(None, None, after.as_ref().map(|(c, k)| (c, k)), 1_000)
             .unwrap();
         for k in &page.keys {
@@ -112,5 +116,5 @@ fn filtered_pages_stop_early_and_following_next_finds_everything() {
         }
     }
     assert_eq!(seen.len(), usize::try_from(total).unwrap() + 100);
-    ledger.shutdown();
+    ledger.blocking().shutdown();
 }

@@ -258,6 +258,7 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 let (c, k) = (format!("c{client}"), format!("k{key}"));
                 let command = command_of(kind, account, amount, currency, withdrawal);
                 let got = ledger
+                    .blocking()
                     .submit(
                         &ClientId::parse(&c).unwrap(),
                         &Key::parse(&k).unwrap(),
@@ -274,6 +275,7 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 }
                 let (c, k, command) = sent[i % sent.len()].clone();
                 let got = ledger
+                    .blocking()
                     .submit(
                         &ClientId::parse(&c).unwrap(),
                         &Key::parse(&k).unwrap(),
@@ -286,7 +288,7 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(observed(&got), want);
             }
             Step::Restart => {
-                ledger.shutdown();
+                ledger.blocking().shutdown();
                 drop(ledger);
                 let (l, report) = SledStore::open(config()).unwrap();
                 prop_assert_eq!(report.facts, model.seq);
@@ -294,12 +296,12 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             }
             Step::Advance(hours) => clock.advance_ms(hours * HOUR_MS),
             Step::Sweep => {
-                ledger.sweep().unwrap();
+                ledger.blocking().sweep().unwrap();
                 model.sweep(now);
             }
         }
         // The ledger and the model agree on every balance and every key's status.
-        let balances = ledger.balances();
+        let balances = ledger.blocking().balances();
         for (account, (cur, balance)) in &model.users {
             let got = balances.get(
                 &Account::parse(account).unwrap(),
@@ -314,12 +316,12 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
             );
             prop_assert_eq!(got, Some(*balance), "{} {}", account, cur);
         }
-        let stats = ledger.stats();
+        let stats = ledger.blocking().stats();
         prop_assert_eq!(stats.last_seq, model.seq);
         let expired = model.keys.values().filter(|k| k.expired).count() as u64;
         prop_assert_eq!(stats.keys_expired, expired);
         prop_assert_eq!(stats.keys_done, model.keys.len() as u64 - expired);
-        let report = ledger.verify().unwrap();
+        let report = ledger.blocking().verify().unwrap();
         prop_assert!(report.ok(), "{}", report);
     }
     Ok(())

@@ -29,12 +29,13 @@ fn submit(l: &SledStore, key: &str, deposit: bool, amount: u64) {
             currency,
         }
     };
-    l.submit(
-        &ClientId::default_client(),
-        &Key::parse(key).unwrap(),
-        command,
-    )
-    .unwrap();
+    l.blocking()
+        .submit(
+            &ClientId::default_client(),
+            &Key::parse(key).unwrap(),
+            command,
+        )
+        .unwrap();
 }
 
 fn fill(path: &Path, n: u64) {
@@ -43,7 +44,7 @@ fn fill(path: &Path, n: u64) {
     for i in 0..n {
         submit(&l, &format!("w{i}"), false, 1);
     }
-    l.shutdown();
+    l.blocking().shutdown();
 }
 
 /// Tampers with the ledger's tree directly, as a disk or an operator could.
@@ -140,7 +141,7 @@ fn verify_reports_tampered_key_records_by_name() {
         t.insert(k, v).unwrap();
     });
     let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
-    let report = l.verify().unwrap();
+    let report = l.blocking().verify().unwrap();
     let text = report.to_string();
     assert_eq!(report.violations.len(), 3, "{text}");
     for expect in [
@@ -169,7 +170,7 @@ fn verify_reports_a_key_with_two_facts() {
         t.insert(fact_key(5), w1).unwrap();
     });
     let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
-    let report = l.verify().unwrap();
+    let report = l.blocking().verify().unwrap();
     let text = report.to_string();
     for expect in [
         "[one effect per key] key \"w1\" of client \"default\" has facts 3 and 5",
@@ -197,7 +198,7 @@ fn verify_reports_a_tampered_middle_precisely() {
         t.insert(k, 10i128.to_be_bytes().to_vec()).unwrap();
     });
     let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
-    let report = l.verify().unwrap();
+    let report = l.blocking().verify().unwrap();
     let text = report.to_string();
     assert_eq!(report.violations.len(), 2, "{text}");
     assert!(
@@ -228,7 +229,7 @@ fn a_torn_tail_opens_consistent_or_refuses_clearly() {
         drop(f);
         match SledStore::open(SledConfig::new(&path)) {
             Ok((l, report)) => {
-                let v = l.verify().unwrap();
+                let v = l.blocking().verify().unwrap();
                 assert!(v.ok(), "cut {cut}: opened but inconsistent: {v}\n{report}");
             }
             Err(e) => {
@@ -262,7 +263,10 @@ fn the_folder_reopens_as_soon_as_the_last_handle_is_dropped() {
     let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let alice = Account::parse("alice").unwrap();
     let rub = Currency::parse("RUB").unwrap();
-    let balance = l.account(&alice).and_then(|b| b.get(&rub).copied());
+    let balance = l
+        .blocking()
+        .account(&alice)
+        .and_then(|b| b.get(&rub).copied());
     assert_eq!(balance, Some(i128::from(rounds)));
 }
 
@@ -283,7 +287,7 @@ fn a_folder_in_use_is_refused_at_once_and_stays_usable() {
     );
     // The owner's drop would wait up to 10 s; a refused opener must not.
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
-    assert_eq!(l.stats().last_seq, 2);
+    assert_eq!(l.blocking().stats().last_seq, 2);
     drop(l);
     let (again, report) = SledStore::open(SledConfig::new(&path)).unwrap();
     assert_eq!(report.facts, 2);

@@ -166,6 +166,7 @@ pub fn check_after_crash(
     for (key, body) in acked {
         let k = ledger::Key::parse(key).map_err(|e| e.to_string())?;
         let info = ledger
+            .blocking()
             .key(&client, &k)
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("acknowledged key {key} is gone"))?;
@@ -178,10 +179,10 @@ pub fn check_after_crash(
             return Err(format!("key {key} changed: {body} became {stored}"));
         }
     }
-    let verify = ledger.verify().map_err(|e| e.to_string())?;
+    let verify = ledger.blocking().verify().map_err(|e| e.to_string())?;
     if !verify.ok() {
         return Err(format!("{verify}\n{report}"));
     }
-    ledger.shutdown();
+    ledger.blocking().shutdown();
     Ok(report)
 }

@@ -35,16 +35,17 @@ fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
     let dir = tempfile::tempdir().unwrap();
     let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
     let client = ClientId::default_client();
-    l.submit(
-        &client,
-        &Key::parse("d").unwrap(),
-        Command::Deposit {
-            account: Account::parse("alice").unwrap(),
-            amount: Amount::new(1_000).unwrap(),
-            currency: Currency::parse("RUB").unwrap(),
-        },
-    )
-    .unwrap();
+    l.blocking()
+        .submit(
+            &client,
+            &Key::parse("d").unwrap(),
+            Command::Deposit {
+                account: Account::parse("alice").unwrap(),
+                amount: Amount::new(1_000).unwrap(),
+                currency: Currency::parse("RUB").unwrap(),
+            },
+        )
+        .unwrap();
     let before = l.commit_metrics();
 
     // Every sync now sleeps before its flush: the first withdrawal is applied at once
@@ -56,7 +57,7 @@ fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
         let (ledger, client) = (l.clone(), client.clone());
         threads.push(std::thread::spawn(move || {
             let (key, command) = withdrawal(&format!("w-{i}"));
-            ledger.submit(&client, &key, command)
+            ledger.blocking().submit(&client, &key, command)
         }));
         // One at a time, so that a decider that applied whatever it had would apply
         // them one by one.
@@ -79,6 +80,7 @@ fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
     assert_eq!(after.commands - before.commands, 21, "{after:?}");
     assert_eq!(after.last_batch_size, 20);
     let balance = l
+        .blocking()
         .account(&Account::parse("alice").unwrap())
         .and_then(|b| b.get(&Currency::parse("RUB").unwrap()).copied());
     assert_eq!(balance, Some(1_000 - 21));

@@ -14,12 +14,13 @@ fn rub() -> Currency {
 }
 
 fn submit(l: &SledStore, key: &str, command: Command) -> Submission {
-    l.submit(
-        &ClientId::default_client(),
-        &Key::parse(key).unwrap(),
-        command,
-    )
-    .unwrap()
+    l.blocking()
+        .submit(
+            &ClientId::default_client(),
+            &Key::parse(key).unwrap(),
+            command,
+        )
+        .unwrap()
 }
 
 fn deposit(account: &str, amount: u64) -> Command {
@@ -59,12 +60,12 @@ fn commits_refunds_and_sweeps_go_on_while_verify_reads_the_log() {
     }
     submit(&l, "w-big", withdraw("bob", 300));
     submit(&l, "r-1", refund("w-big", 100));
-    let before = l.stats().last_seq;
+    let before = l.blocking().stats().last_seq;
 
     fail::cfg("verify.scanned", "pause").unwrap();
     let verifying = {
         let l = l.clone();
-        std::thread::spawn(move || l.verify())
+        std::thread::spawn(move || l.blocking().verify())
     };
     // Give the verify time to read the log and reach the point.
     std::thread::sleep(Duration::from_millis(500));
@@ -84,7 +85,7 @@ fn commits_refunds_and_sweeps_go_on_while_verify_reads_the_log() {
             ];
             // The retention passes for every key so far, and the sweep expires them.
             clock.advance_ms(25 * 3600 * 1000);
-            let expired = l.sweep().unwrap();
+            let expired = l.blocking().sweep().unwrap();
             let _ = tx.send((answers, expired));
         });
     }
@@ -101,10 +102,14 @@ fn commits_refunds_and_sweeps_go_on_while_verify_reads_the_log() {
     assert!(report.ok(), "{report}");
     // The step folded what was written during the scan.
     assert_eq!(report.facts, before + 4, "{report}");
-    assert_eq!(report.facts, l.stats().last_seq);
-    assert_eq!(report.keys_expired, l.stats().keys_expired, "{report}");
+    assert_eq!(report.facts, l.blocking().stats().last_seq);
+    assert_eq!(
+        report.keys_expired,
+        l.blocking().stats().keys_expired,
+        "{report}"
+    );
     // And a verify with nothing in between agrees.
-    let again = l.verify().unwrap();
+    let again = l.blocking().verify().unwrap();
     assert!(again.ok(), "{again}");
     assert_eq!(again, report);
     scenario.teardown();

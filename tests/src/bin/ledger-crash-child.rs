@@ -47,7 +47,7 @@ fn main() {
                     let n = rng.random_range(0..3000u64);
                     let key = idem_tests::workload_key(n);
                     let command = idem_tests::workload_command(n);
-                    match ledger.submit(&client, &key, command) {
+                    match ledger.blocking().submit(&client, &key, command) {
                         Ok(Submission::Executed(o)) | Ok(Submission::Replayed(o)) => {
                             let line = format!("ACK {} {}\n", key, json::outcome(&o));
                             let mut out = out.lock().unwrap_or_else(|e| e.into_inner());

@@ -14,7 +14,7 @@ use crate::fact::{DecodeError, Outcome};
 use crate::store::{KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyStatus, Submission};
 
 use super::records::{Held, KeyRecord, P_KEY, io_err, scoped_key, split_scoped};
-use super::{Result, Shared, SledStore, duration_ms};
+use super::{Blocking, Result, Shared, SledStore, duration_ms};
 
 pub(super) const SHARDS: usize = 64;
 pub(super) const ACTIVITY_PER_SHARD: usize = 4096;
@@ -136,7 +136,7 @@ impl Shard {
 
 impl SledStore {
     /// Pending keys (claimed, not yet durable), oldest first.
-    pub fn pending(&self) -> Vec<KeyInfo> {
+    pub(super) fn pending_keys(&self) -> Vec<KeyInfo> {
         let mut out = Vec::new();
         for shard in &self.shared.shards {
             let shard = shard.lock();
@@ -150,24 +150,27 @@ impl SledStore {
         out.sort_by(|a, b| (a.since, &a.client, &a.key).cmp(&(b.since, &b.client, &b.key)));
         out
     }
+}
 
+impl Blocking<'_> {
     /// One key: pending, done or expired; `None` if never seen.
     pub fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>> {
         let ck = (client.clone(), key.clone());
         {
-            let shard = self.shared.shard(&ck).lock();
+            let shard = self.store.shared.shard(&ck).lock();
             if let Some(claim) = shard.claims.get(&ck) {
-                return Ok(Some(self.shared.pending_info(&shard, &ck, claim)));
+                return Ok(Some(self.store.shared.pending_info(&shard, &ck, claim)));
             }
         }
         match self
+            .store
             .shared
             .tree
             .get(scoped_key(P_KEY, client, key.as_str()))
             .map_err(io_err)?
         {
             None => Ok(None),
-            Some(bytes) => Ok(Some(self.shared.key_info(client, key, &bytes)?)),
+            Some(bytes) => Ok(Some(self.store.shared.key_info(client, key, &bytes)?)),
         }
     }
 
@@ -184,7 +187,8 @@ impl SledStore {
     ) -> Result<KeyPage> {
         if status == Some(KeyStatus::Pending) {
             let keys = self
-                .pending()
+                .store
+                .pending_keys()
                 .into_iter()
                 .filter(|k| client.is_none_or(|c| *c == k.client))
                 .take(limit)
@@ -199,9 +203,9 @@ impl SledStore {
             Some((c, k)) => {
                 let mut start = scoped_key(P_KEY, c, k.as_str());
                 start.push(0);
-                self.shared.tree.range(start..)
+                self.store.shared.tree.range(start..)
             }
-            None => self.shared.tree.range(prefix.clone()..),
+            None => self.store.shared.tree.range(prefix.clone()..),
         };
         let mut page = KeyPage {
             keys: Vec::new(),
@@ -219,13 +223,14 @@ impl SledStore {
             }
             let Some((c, key)) = split_scoped(&k) else {
                 return Err(self
+                    .store
                     .shared
                     .corrupt(DecodeError::new("key record key", "shape")));
             };
             last = Some((c.clone(), key.clone()));
             if let Some(want) = status {
                 // Only the status is needed to filter: skipped keys cost one decode.
-                let rec = KeyRecord::decode(&v).map_err(|e| self.shared.corrupt(e))?;
+                let rec = KeyRecord::decode(&v).map_err(|e| self.store.shared.corrupt(e))?;
                 let is = if rec.expired {
                     KeyStatus::Expired
                 } else {
@@ -235,7 +240,7 @@ impl SledStore {
                     continue;
                 }
             }
-            page.keys.push(self.shared.key_info(&c, &key, &v)?);
+            page.keys.push(self.store.shared.key_info(&c, &key, &v)?);
         }
         Ok(page)
     }

@@ -49,16 +49,18 @@ macro_rules! crash_point {
     };
 }
 
+mod blocking;
 mod committer;
 mod keys;
 mod records;
 mod verify;
 
+pub use blocking::Blocking;
 use committer::{Committer, Request};
 use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, Released, SHARDS, Shard};
 use records::{
-    Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, P_QUARANTINE, STATS_KEY, decode, decode_balance,
-    fact_key, io_err, quarantine_key, scoped_key, seq_of,
+    Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, STATS_KEY, decode, decode_balance, fact_key, io_err,
+    scoped_key, seq_of,
 };
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
@@ -303,40 +305,6 @@ impl SledStore {
         &self.shared.rules
     }
 
-    /// Submits a command and waits for its durable answer (a twin in flight is waited
-    /// for as in [`Store::submit`]).
-    pub fn submit(&self, client: &ClientId, key: &Key, command: Command) -> Result<Submission> {
-        self.submit_blocking(client, key, command, None)
-    }
-
-    /// Submits a message through the inbox: deduplicated by its id in the same commit as
-    /// its effect, and by its key like any command.
-    pub fn deliver(
-        &self,
-        message_id: &MessageId,
-        client: &ClientId,
-        key: &Key,
-        command: Command,
-    ) -> Result<Submission> {
-        self.submit_blocking(client, key, command, Some(message_id.clone()))
-    }
-
-    fn submit_blocking(
-        &self,
-        client: &ClientId,
-        key: &Key,
-        command: Command,
-        message: Option<MessageId>,
-    ) -> Result<Submission> {
-        wait_for(|reply| {
-            if let Some(twin) = self.attempt(client, key, command, message, reply, true) {
-                twin.released
-                    .wait_blocking(self.shared.config.in_flight_wait);
-                self.attempt(client, key, twin.command, twin.message, twin.reply, false);
-            }
-        })
-    }
-
     /// Submits without waiting: `reply` is called once with the answer. One attempt: an
     /// arrival that meets a twin in flight is answered `InProgress` at once, without the
     /// bounded wait of [`SledStore::submit`] and [`Store::submit`].
@@ -527,80 +495,6 @@ impl SledStore {
         }
     }
 
-    /// Keeps an inbox message that could not be applied, with the reason, durably.
-    pub fn quarantine(
-        &self,
-        message_id: Option<String>,
-        reason: String,
-        payload: &[u8],
-    ) -> Result<u64> {
-        let mut text = String::from_utf8_lossy(payload).into_owned();
-        if text.len() > 4096 {
-            let mut cut = 4096;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-        }
-        wait_for(|reply| {
-            self.request(Request::Quarantine {
-                message_id,
-                reason,
-                payload: text,
-                reply,
-            });
-        })
-    }
-
-    /// The quarantined messages with ids above `after`, oldest first, at most `limit`.
-    pub fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
-        let from = quarantine_key(after.saturating_add(1));
-        let range = from..=quarantine_key(u64::MAX);
-        self.decode_quarantined(self.shared.tree.range(range).take(limit))
-    }
-
-    /// The newest `limit` quarantined messages, newest first.
-    pub fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
-        let records = self
-            .shared
-            .tree
-            .scan_prefix([P_QUARANTINE])
-            .rev()
-            .take(limit);
-        self.decode_quarantined(records)
-    }
-
-    fn decode_quarantined(
-        &self,
-        records: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
-    ) -> Result<Vec<Quarantined>> {
-        let mut out = Vec::new();
-        for item in records {
-            let (_, v) = item.map_err(io_err)?;
-            out.push(decode("quarantine", &v).map_err(|e| self.shared.corrupt(e))?);
-        }
-        Ok(out)
-    }
-
-    /// Expires the stored responses of done keys older than the retention, as of the
-    /// clock's now. Returns how many keys expired.
-    pub fn sweep(&self) -> Result<usize> {
-        wait_for(|reply| self.request(Request::Sweep { reply }))
-    }
-
-    /// Rebuilds every projection from the log and checks the guarantees, while commits
-    /// go on: the log up to the durable seq is read with no lock, and one short step
-    /// between two batches checks what was written meanwhile (see `verify_online`).
-    pub fn verify(&self) -> Result<VerifyReport> {
-        let parallel = self.shared.config.verify_in_parallel;
-        verify::verify_online(
-            &self.shared.tree,
-            parallel,
-            &|| self.durable_seq(),
-            &|step| wait_for(|reply| self.request(Request::Verify { step, reply })),
-        )
-    }
-
     /// Queues a request for the committer. If it has stopped, the request (and its reply)
     /// is dropped, which its waiter reads as `Closed`.
     fn request(&self, request: Request) {
@@ -618,7 +512,7 @@ impl SledStore {
 
     /// Finishes and flushes everything submitted before, then stops the committer.
     /// Later submissions answer [`LedgerError::Closed`].
-    pub fn shutdown(&self) {
+    fn close(&self) {
         let _ = self.tx.send(Request::Shutdown);
         if let Some(handle) = self.committer.lock().take() {
             let _ = handle.join();
@@ -626,122 +520,6 @@ impl SledStore {
     }
 
     // ---- reads ---------------------------------------------------------------------
-
-    /// The sequence number of the last durable fact.
-    pub fn durable_seq(&self) -> u64 {
-        self.shared.durable_seq.load(Ordering::Acquire)
-    }
-
-    pub fn stats(&self) -> Stats {
-        let mut stats = self.shared.state.read().stats.clone();
-        stats.observed = self.shared.observed();
-        stats
-    }
-
-    pub fn commit_metrics(&self) -> CommitMetrics {
-        self.shared.metrics.lock().clone()
-    }
-
-    /// What this store keeps in memory besides sled's page cache, structure by structure;
-    /// the page cache is bounded by [`SledConfig::cache_capacity_bytes`].
-    pub fn memory(&self) -> Vec<MemoryUse> {
-        type Ck = (ClientId, Key);
-        let shards = SHARDS as u64;
-        let answers_max = shards * ANSWERS_PER_SHARD as u64;
-        let activity_max = shards * ACTIVITY_PER_SHARD as u64;
-        let answer_slot = std::mem::size_of::<(Ck, (Fingerprint, Outcome))>();
-        let activity_slot = std::mem::size_of::<(Ck, (u32, u32))>();
-        let mut claims = use_of("claims", Limit::InFlight, None);
-        // An answer owns the key's client and name, the receipt's key, and an account
-        // (or a withdrawal's key) in the command and the receipt.
-        let mut answers = use_of(
-            "answers",
-            Limit::Entries(answers_max),
-            Some(memory::at_limit(answers_max, answer_slot, 5)),
-        );
-        let mut activity = use_of(
-            "activity",
-            Limit::Entries(activity_max),
-            Some(memory::at_limit(activity_max, activity_slot, 2)),
-        );
-        for shard in &self.shared.shards {
-            let shard = shard.lock();
-            for (ck, claim) in &shard.claims {
-                claims.entries += 1;
-                claims.bytes += memory::slot(std::mem::size_of::<(Ck, Claim)>())
-                    + memory::key_heap(&ck.0, &ck.1)
-                    + memory::command_heap(&claim.command);
-            }
-            for (ck, (_, outcome)) in &shard.answers {
-                answers.entries += 1;
-                answers.bytes += memory::slot(answer_slot)
-                    + memory::key_heap(&ck.0, &ck.1)
-                    + memory::outcome_heap(outcome);
-            }
-            for ck in shard.activity.keys() {
-                activity.entries += 1;
-                activity.bytes += memory::slot(activity_slot) + memory::key_heap(&ck.0, &ck.1);
-            }
-        }
-        let cache = self.shared.config.cache_capacity_bytes;
-        let page_cache = MemoryUse {
-            structure: "page_cache",
-            entries: 0,
-            limit: Limit::Bytes(cache),
-            bytes: cache,
-            bound_bytes: None,
-        };
-        let balances = balances_use(&self.shared.state.read().balances);
-        vec![claims, answers, activity, balances, page_cache]
-    }
-
-    /// Balances of one account, per currency (system accounts may hold several).
-    pub fn account(&self, account: &Account) -> Option<BTreeMap<Currency, i128>> {
-        self.shared
-            .state
-            .read()
-            .balances
-            .accounts
-            .get(account)
-            .cloned()
-    }
-
-    pub fn balances(&self) -> Balances {
-        self.shared.state.read().balances.clone()
-    }
-
-    /// Facts with `seq > after`, in order, at most `limit`, durable ones only.
-    pub fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
-        let durable = self.durable_seq();
-        let mut out = Vec::new();
-        let start = fact_key(after.saturating_add(1));
-        for item in self
-            .shared
-            .tree
-            .range(start..=fact_key(durable))
-            .take(limit)
-        {
-            let (k, v) = item.map_err(io_err)?;
-            let seq = seq_of(&k)
-                .ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
-            out.push(Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?);
-        }
-        Ok(out)
-    }
-
-    pub fn fact(&self, seq: u64) -> Result<Option<Fact>> {
-        self.shared.fact(seq)
-    }
-
-    /// Bytes on disk of the ledger's folder.
-    pub fn size_on_disk(&self) -> Result<u64> {
-        self.shared.db.size_on_disk().map_err(io_err)
-    }
-
-    /// The reason the ledger stopped writing, if it did.
-    pub fn failure(&self) -> Option<String> {
-        self.shared.failed.lock().clone()
-    }
 }
 
 impl Drop for SledStore {
@@ -749,7 +527,7 @@ impl Drop for SledStore {
     /// reopened as soon as the drop returns.
     fn drop(&mut self) {
         if Arc::strong_count(&self.committer) == 1 {
-            self.shutdown();
+            self.close();
         }
     }
 }
@@ -990,63 +768,114 @@ impl Store for SledStore {
         reason: String,
         payload: Vec<u8>,
     ) -> Result<u64> {
-        off_thread(self, move |l| l.quarantine(message_id, reason, &payload)).await
+        off_thread(self, move |l| {
+            l.blocking().quarantine(message_id, reason, &payload)
+        })
+        .await
     }
     async fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
-        SledStore::quarantined(self, after, limit)
+        self.blocking().quarantined(after, limit)
     }
     async fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
-        SledStore::quarantined_newest(self, limit)
+        self.blocking().quarantined_newest(limit)
     }
     async fn sweep(&self) -> Result<usize> {
-        off_thread(self, SledStore::sweep).await
+        off_thread(self, |l| l.blocking().sweep()).await
     }
     async fn verify(&self) -> Result<VerifyReport> {
-        off_thread(self, SledStore::verify).await
+        off_thread(self, |l| l.blocking().verify()).await
     }
     async fn key(&self, client: &ClientId, key: &Key) -> Result<Option<KeyInfo>> {
-        SledStore::key(self, client, key)
+        self.blocking().key(client, key)
     }
     async fn keys(&self, q: KeyQuery) -> Result<KeyPage> {
         let after = q.after.as_ref().map(|(c, k)| (c, k));
-        SledStore::keys(self, q.status, q.client.as_ref(), after, q.limit)
+        self.blocking()
+            .keys(q.status, q.client.as_ref(), after, q.limit)
     }
     async fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
-        SledStore::facts(self, after, limit)
+        self.blocking().facts(after, limit)
     }
     async fn fact(&self, seq: u64) -> Result<Option<Fact>> {
-        SledStore::fact(self, seq)
+        self.blocking().fact(seq)
     }
     async fn balances(&self) -> Result<Balances> {
-        Ok(SledStore::balances(self))
+        Ok(self.blocking().balances())
     }
     async fn account(&self, account: &Account) -> Result<Option<BTreeMap<Currency, i128>>> {
-        Ok(SledStore::account(self, account))
+        Ok(self.blocking().account(account))
     }
     async fn stats(&self) -> Result<Stats> {
-        Ok(SledStore::stats(self))
+        Ok(self.blocking().stats())
     }
     fn pending(&self) -> Vec<KeyInfo> {
-        SledStore::pending(self)
+        self.pending_keys()
     }
     fn durable_seq(&self) -> u64 {
-        SledStore::durable_seq(self)
+        self.shared.durable_seq.load(Ordering::Acquire)
     }
     fn commit_metrics(&self) -> CommitMetrics {
-        SledStore::commit_metrics(self)
+        self.shared.metrics.lock().clone()
     }
     fn memory(&self) -> Vec<crate::memory::MemoryUse> {
-        SledStore::memory(self)
+        type Ck = (ClientId, Key);
+        let shards = SHARDS as u64;
+        let answers_max = shards * ANSWERS_PER_SHARD as u64;
+        let activity_max = shards * ACTIVITY_PER_SHARD as u64;
+        let answer_slot = std::mem::size_of::<(Ck, (Fingerprint, Outcome))>();
+        let activity_slot = std::mem::size_of::<(Ck, (u32, u32))>();
+        let mut claims = use_of("claims", Limit::InFlight, None);
+        // An answer owns the key's client and name, the receipt's key, and an account
+        // (or a withdrawal's key) in the command and the receipt.
+        let mut answers = use_of(
+            "answers",
+            Limit::Entries(answers_max),
+            Some(memory::at_limit(answers_max, answer_slot, 5)),
+        );
+        let mut activity = use_of(
+            "activity",
+            Limit::Entries(activity_max),
+            Some(memory::at_limit(activity_max, activity_slot, 2)),
+        );
+        for shard in &self.shared.shards {
+            let shard = shard.lock();
+            for (ck, claim) in &shard.claims {
+                claims.entries += 1;
+                claims.bytes += memory::slot(std::mem::size_of::<(Ck, Claim)>())
+                    + memory::key_heap(&ck.0, &ck.1)
+                    + memory::command_heap(&claim.command);
+            }
+            for (ck, (_, outcome)) in &shard.answers {
+                answers.entries += 1;
+                answers.bytes += memory::slot(answer_slot)
+                    + memory::key_heap(&ck.0, &ck.1)
+                    + memory::outcome_heap(outcome);
+            }
+            for ck in shard.activity.keys() {
+                activity.entries += 1;
+                activity.bytes += memory::slot(activity_slot) + memory::key_heap(&ck.0, &ck.1);
+            }
+        }
+        let cache = self.shared.config.cache_capacity_bytes;
+        let page_cache = MemoryUse {
+            structure: "page_cache",
+            entries: 0,
+            limit: Limit::Bytes(cache),
+            bytes: cache,
+            bound_bytes: None,
+        };
+        let balances = balances_use(&self.shared.state.read().balances);
+        vec![claims, answers, activity, balances, page_cache]
     }
     async fn size_on_disk(&self) -> Result<u64> {
-        SledStore::size_on_disk(self)
+        self.blocking().size_on_disk()
     }
     fn failure(&self) -> Option<String> {
-        SledStore::failure(self)
+        self.shared.failed.lock().clone()
     }
     async fn shutdown(&self) {
         let _ = off_thread(self, |l| {
-            l.shutdown();
+            l.close();
             Ok(())
         })
         .await;

@@ -1,0 +1,203 @@
+//! The blocking face of the sled store, for tools and tests that run no async runtime: the
+//! operations of [`Store`] that wait (for a commit, a verify, a read of the tree), each on
+//! the calling thread. A thin handle over the store ([`SledStore::blocking`]); the store's
+//! one API is [`Store`], whose sled methods call these.
+
+use std::collections::BTreeMap;
+
+use crate::domain::{Account, ClientId, Command, Currency, Key, MessageId};
+use crate::fact::{DecodeError, Fact};
+use crate::projection::{Balances, Stats};
+use crate::store::verify::VerifyReport;
+use crate::store::{Quarantined, Store, Submission};
+
+use super::records::{P_QUARANTINE, decode, fact_key, io_err, quarantine_key, seq_of};
+use super::{Request, Result, SledStore, verify, wait_for};
+
+/// A borrowed handle on a [`SledStore`] whose methods block; see the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct Blocking<'a> {
+    pub(super) store: &'a SledStore,
+}
+
+impl SledStore {
+    /// The blocking face of this store: see [`Blocking`].
+    pub fn blocking(&self) -> Blocking<'_> {
+        Blocking { store: self }
+    }
+}
+
+impl Blocking<'_> {
+    /// Submits a command and waits for its durable answer (a twin in flight is waited
+    /// for as in [`Store::submit`]).
+    pub fn submit(&self, client: &ClientId, key: &Key, command: Command) -> Result<Submission> {
+        self.submit_waiting(client, key, command, None)
+    }
+
+    /// Submits a message through the inbox: deduplicated by its id in the same commit as
+    /// its effect, and by its key like any command.
+    pub fn deliver(
+        &self,
+        message_id: &MessageId,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+    ) -> Result<Submission> {
+        self.submit_waiting(client, key, command, Some(message_id.clone()))
+    }
+
+    fn submit_waiting(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        wait_for(|reply| {
+            if let Some(twin) = self
+                .store
+                .attempt(client, key, command, message, reply, true)
+            {
+                twin.released
+                    .wait_blocking(self.store.shared.config.in_flight_wait);
+                self.store
+                    .attempt(client, key, twin.command, twin.message, twin.reply, false);
+            }
+        })
+    }
+
+    /// Keeps an inbox message that could not be applied, with the reason, durably.
+    pub fn quarantine(
+        &self,
+        message_id: Option<String>,
+        reason: String,
+        payload: &[u8],
+    ) -> Result<u64> {
+        let mut text = String::from_utf8_lossy(payload).into_owned();
+        if text.len() > 4096 {
+            let mut cut = 4096;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        wait_for(|reply| {
+            self.store.request(Request::Quarantine {
+                message_id,
+                reason,
+                payload: text,
+                reply,
+            });
+        })
+    }
+
+    /// The quarantined messages with ids above `after`, oldest first, at most `limit`.
+    pub fn quarantined(&self, after: u64, limit: usize) -> Result<Vec<Quarantined>> {
+        let from = quarantine_key(after.saturating_add(1));
+        let range = from..=quarantine_key(u64::MAX);
+        self.decode_quarantined(self.store.shared.tree.range(range).take(limit))
+    }
+
+    /// The newest `limit` quarantined messages, newest first.
+    pub fn quarantined_newest(&self, limit: usize) -> Result<Vec<Quarantined>> {
+        let records = self
+            .store
+            .shared
+            .tree
+            .scan_prefix([P_QUARANTINE])
+            .rev()
+            .take(limit);
+        self.decode_quarantined(records)
+    }
+
+    fn decode_quarantined(
+        &self,
+        records: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    ) -> Result<Vec<Quarantined>> {
+        let mut out = Vec::new();
+        for item in records {
+            let (_, v) = item.map_err(io_err)?;
+            out.push(decode("quarantine", &v).map_err(|e| self.store.shared.corrupt(e))?);
+        }
+        Ok(out)
+    }
+
+    /// Expires the stored responses of done keys older than the retention, as of the
+    /// clock's now. Returns how many keys expired.
+    pub fn sweep(&self) -> Result<usize> {
+        wait_for(|reply| self.store.request(Request::Sweep { reply }))
+    }
+
+    /// Rebuilds every projection from the log and checks the guarantees, while commits
+    /// go on: the log up to the durable seq is read with no lock, and one short step
+    /// between two batches checks what was written meanwhile (see `verify_online`).
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let parallel = self.store.shared.config.verify_in_parallel;
+        verify::verify_online(
+            &self.store.shared.tree,
+            parallel,
+            &|| self.store.durable_seq(),
+            &|step| wait_for(|reply| self.store.request(Request::Verify { step, reply })),
+        )
+    }
+
+    /// Facts with `seq > after`, in order, at most `limit`, durable ones only.
+    pub fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        let durable = self.store.durable_seq();
+        let mut out = Vec::new();
+        let start = fact_key(after.saturating_add(1));
+        for item in self
+            .store
+            .shared
+            .tree
+            .range(start..=fact_key(durable))
+            .take(limit)
+        {
+            let (k, v) = item.map_err(io_err)?;
+            let seq = seq_of(&k).ok_or_else(|| {
+                self.store
+                    .shared
+                    .corrupt(DecodeError::new("log key", "length"))
+            })?;
+            out.push(Fact::decode(seq, &v).map_err(|e| self.store.shared.corrupt(e))?);
+        }
+        Ok(out)
+    }
+
+    pub fn fact(&self, seq: u64) -> Result<Option<Fact>> {
+        self.store.shared.fact(seq)
+    }
+
+    /// Balances of one account, per currency (system accounts may hold several).
+    pub fn account(&self, account: &Account) -> Option<BTreeMap<Currency, i128>> {
+        self.store
+            .shared
+            .state
+            .read()
+            .balances
+            .accounts
+            .get(account)
+            .cloned()
+    }
+
+    pub fn balances(&self) -> Balances {
+        self.store.shared.state.read().balances.clone()
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut stats = self.store.shared.state.read().stats.clone();
+        stats.observed = self.store.shared.observed();
+        stats
+    }
+
+    /// Bytes on disk of the ledger's folder.
+    pub fn size_on_disk(&self) -> Result<u64> {
+        self.store.shared.db.size_on_disk().map_err(io_err)
+    }
+
+    /// Finishes and flushes everything submitted before, then stops the committer.
+    /// Later submissions answer [`crate::LedgerError::Closed`].
+    pub fn shutdown(&self) {
+        self.store.close();
+    }
+}
