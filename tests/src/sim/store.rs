@@ -1,4 +1,4 @@
-//! The simulated store: the sled store's semantics (ledger/src/store.rs) without sled,
+//! The simulated store: the sled store's semantics (ledger/src/store/sled/) without sled,
 //! threads or a disk, so that one seeded run can put a crash between any two of its steps.
 //!
 //! What it mirrors, record for record: key records `{seq, at, fingerprint, expired}`, the
@@ -689,7 +689,7 @@ impl SimStore {
         out
     }
 
-    /// `SledStore::sweep`: marks expired the keys whose facts are older than the retention,
+    /// `Store::sweep` on sled: marks expired the keys whose facts are older than the retention,
     /// in its own batch, durable with the next flush.
     pub fn sweep(&mut self, now: Timestamp) -> usize {
         if !self.up {

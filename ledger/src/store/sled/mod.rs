@@ -192,7 +192,7 @@ pub struct PauseGuard {
 /// from the submitting thread when no write is needed.
 pub type Reply = Box<dyn FnOnce(Result<Submission>) + Send>;
 
-/// A handle to an open ledger. Cheap to clone; the committer stops on [`SledStore::shutdown`]
+/// A handle to an open ledger. Cheap to clone; the committer stops on [`Store::shutdown`]
 /// or when the last handle is dropped.
 #[derive(Clone)]
 pub struct SledStore {
@@ -307,7 +307,7 @@ impl SledStore {
 
     /// Submits without waiting: `reply` is called once with the answer. One attempt: an
     /// arrival that meets a twin in flight is answered `InProgress` at once, without the
-    /// bounded wait of [`SledStore::submit`] and [`Store::submit`].
+    /// bounded wait of [`Blocking::submit`] and [`Store::submit`].
     pub fn submit_with(
         &self,
         client: &ClientId,
