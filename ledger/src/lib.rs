@@ -24,7 +24,7 @@ pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
 pub use memory::{Limit, MemoryUse};
 pub use projection::{Balances, Observed, Stats};
 pub use store::pg::{PgConfig, PgStore};
-pub use store::sled::{PauseGuard, SledConfig, SledStore};
+pub use store::sled::{Blocking, PauseGuard, SledConfig, SledStore};
 pub use store::verify::{VerifyReport, Violation};
 pub use store::{
     CommitMetrics, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyQuery, KeyStatus, LedgerError, OpenReport,
