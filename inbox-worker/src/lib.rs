@@ -32,7 +32,6 @@ pub mod api;
 pub mod client;
 pub mod demo;
 pub mod inbox;
-pub mod twins;
 pub mod wire;
 
 pub use api::{ApiOptions, Limits, ServeConfig, run_server, serve};

@@ -14,7 +14,6 @@ use super::feed;
 use super::listener::BodyTimeout;
 use super::problem::{Problem, body_bytes, bytes_response};
 use super::state::{App, Shared, fail_and_close};
-use crate::twins;
 use crate::wire::{self, CommandKind};
 
 /// The largest request body accepted.
@@ -133,8 +132,8 @@ async fn command(app: Shared, kind: CommandKind, headers: HeaderMap, body: Body)
 }
 
 async fn execute(app: &Shared, client: ClientId, key: Key, command: Command) -> Response {
-    let wait = app.options.in_flight_wait;
-    let answer = twins::submit(&*app.store, &client, &key, &command, None, wait).await;
+    // The store waits a bounded time for a twin in flight before it answers 409.
+    let answer = app.store.submit(&client, &key, command.clone(), None).await;
     match answer {
         Ok(Submission::Executed(o)) => outcome_response(app, &o, false),
         Ok(Submission::Replayed(o)) => outcome_response(app, &o, true),

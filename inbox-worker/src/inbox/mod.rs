@@ -17,11 +17,7 @@ use std::time::Duration;
 
 use ledger::{ClientId, LedgerError, Outcome, Store, Submission};
 
-use crate::{twins, wire};
-
-/// How long [`handle`] waits for an in-flight twin (see [`twins`]) before it answers
-/// [`Retry::InProgress`]; the transport decides what happens next.
-pub const TWIN_WAIT: Duration = Duration::from_millis(20);
+use crate::wire;
 
 /// The reason of a message whose key holds another command.
 pub const KEY_REUSED_REASON: &str =
@@ -87,7 +83,7 @@ pub enum Disposition {
 /// Why a message was not decided now.
 #[derive(Debug)]
 pub enum Retry {
-    /// Its key is in flight in another attempt (past [`TWIN_WAIT`]).
+    /// Its key is in flight in another attempt (past the store's own bounded wait).
     InProgress { retry_after: Duration },
     /// The store failed; nothing was recorded.
     Store(LedgerError),
@@ -126,15 +122,15 @@ pub async fn handle(store: &dyn Store, body: &[u8], default_client: &ClientId) -
     };
     let client = message.client.as_ref().unwrap_or(default_client);
     let message_id = message.message_id.as_str().to_owned();
-    let submitted = twins::submit(
-        store,
-        client,
-        &message.key,
-        &message.command,
-        Some(&message.message_id),
-        TWIN_WAIT,
-    )
-    .await;
+    // The store waits a bounded time for a twin in flight before it answers "in progress".
+    let submitted = store
+        .submit(
+            client,
+            &message.key,
+            message.command.clone(),
+            Some(message.message_id.clone()),
+        )
+        .await;
     match submitted {
         Ok(Submission::Executed(outcome)) => Disposition::Executed(outcome),
         Ok(Submission::Replayed(outcome)) => Disposition::Replayed(outcome),

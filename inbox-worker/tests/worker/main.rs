@@ -10,7 +10,6 @@ mod cli;
 mod crash_loop;
 mod damaged;
 mod durability;
-mod hostile;
 mod inbox;
 mod no_5xx;
 mod postgres;

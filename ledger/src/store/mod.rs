@@ -65,12 +65,6 @@ pub trait Store: Send + Sync + 'static {
     /// Where the data is, for logs and the dashboard (never a password).
     fn location(&self) -> String;
     fn rules(&self) -> &Rules;
-    /// Whether `submit` itself waits a bounded time for an in-flight twin before it
-    /// answers `InProgress` (PostgreSQL waits on the twin's uncommitted row). When it does,
-    /// a caller adds no wait of its own, or a 409 would take two waits.
-    fn waits_for_twins(&self) -> bool {
-        false
-    }
 
     /// Submits a command (`message` set: through the inbox, deduplicated by its id in the
     /// same commit as its effect) and answers once the outcome is durable.

@@ -853,10 +853,6 @@ impl Store for PgStore {
         &self.inner.rules
     }
 
-    fn waits_for_twins(&self) -> bool {
-        true
-    }
-
     async fn submit(
         &self,
         client: &ClientId,

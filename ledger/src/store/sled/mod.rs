@@ -739,10 +739,6 @@ impl Store for SledStore {
     fn rules(&self) -> &Rules {
         self.rules_ref()
     }
-    /// `submit` waits up to `SledConfig::in_flight_wait` for a twin in flight.
-    fn waits_for_twins(&self) -> bool {
-        true
-    }
 
     async fn submit(
         &self,

@@ -2,13 +2,26 @@
 //! body, idle keep-alive pools, never-ending streams — and framings the worker does not
 //! speak. The worker keeps answering everyone else, closes each such socket by its
 //! timeout, and still stops at once on SIGTERM.
+//!
+//! A test binary of its own: its answers are timed (an honest client within a second),
+//! and cargo runs test binaries one after another, so the other worker tests' load does
+//! not share the two cores with it.
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "worker/raw.rs"]
+#[allow(dead_code)]
+mod raw;
+#[path = "worker/support.rs"]
+#[allow(dead_code)]
+mod support;
 
 use std::io::{BufReader, ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crate::raw::{RawClient, read_reply, request};
-use crate::support::{Worker, eventually, scratch};
+use raw::{RawClient, read_reply, request};
+use support::{Worker, eventually, scratch};
 
 const DEPOSIT: &[u8] = br#"{"account":"alice","amount":5,"currency":"RUB"}"#;
 
