@@ -1,6 +1,6 @@
 //! The conformance suite: one set of scenarios, each written once against `dyn Store`, run
 //! on both stores (`sled_store::*` on a temporary folder, `postgres::*` on a fresh
-//! database per test). A store that passes keeps the guarantees in README.md the way the other does.
+//! database per test). A store that passes keeps the guarantees of docs/contract.md the way the other does.
 //!
 //! PostgreSQL is found at `IDEM_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/
 //! postgres`). When it is not reachable the PostgreSQL tests say SKIPPED on stderr, or fail

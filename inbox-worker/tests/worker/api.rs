@@ -1,4 +1,4 @@
-//! docs/api.md: every row of the answers table, and the concurrency guarantees.
+//! docs/contract.md: every row of the answers table, and the concurrency guarantees.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};

@@ -201,7 +201,7 @@ fn rows() -> Vec<Row> {
         key_row("key-space", Some(b"zqx key"), "idempotency_key_invalid").marker("zqx"),
         // The HTTP parser (hyper) refuses a header value with a control byte before the
         // worker sees it: 400 and nothing changed, but a bare answer, not problem details
-        // (documented in the README's answers table).
+        // (documented in the answers table of docs/contract.md).
         key_row("key-control", Some(b"zqx\x01key"), "").marker("zqx"),
         key_row("key-tab", Some(b"zqx\tkey"), "idempotency_key_invalid").marker("zqx"),
         {
@@ -286,7 +286,7 @@ fn rows() -> Vec<Row> {
     ]
 }
 
-/// Rows where the worker breaks docs/api.md today, each asserting the contract.
+/// Rows where the worker breaks docs/contract.md today, each asserting the contract.
 /// What `check` compares before and after a row.
 #[derive(PartialEq, Debug)]
 struct State {

@@ -2,8 +2,8 @@
 //! vocabulary it speaks (submissions, errors, keys, quarantine, metrics). Two
 //! implementations pass one conformance suite (`ledger/tests/conformance.rs`): the embedded
 //! [`sled::SledStore`] (the default: one process, one disk) and [`pg::PgStore`]
-//! (PostgreSQL: any number of workers on many hosts). Every guarantee of the guarantees in
-//! README.md is the store's to keep, inside its own commit; the worker above it only
+//! (PostgreSQL: any number of workers on many hosts). Every guarantee of docs/contract.md
+//! is the store's to keep, inside its own commit; the worker above it only
 //! translates. This module depends on neither store; each store depends on it and on the
 //! pure modules, never on the other.
 //!
