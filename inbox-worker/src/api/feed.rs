@@ -18,7 +18,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 use super::metrics::commit_summary;
-use super::problem::{Params, Problem, json_ok, number_param, params, to_usize};
+use super::problem::{Params, Problem, json_ok, limit_param, number_param, params};
 pub use super::state::FeedEvent;
 use super::state::Shared;
 
@@ -280,10 +280,11 @@ fn operator_page(
     app: &Shared,
     headers: &HeaderMap,
     q: Params,
+    allowed: &[&str],
 ) -> Result<(HashMap<String, String>, usize), Problem> {
     app.operator(headers)?;
-    let p = params(q)?;
-    let limit = to_usize(number_param(&p, "limit", 100, 1000)?.max(1));
+    let p = params(q, allowed)?;
+    let limit = limit_param(&p)?;
     Ok((p, limit))
 }
 
@@ -292,7 +293,12 @@ pub(crate) async fn live_keys(
     headers: HeaderMap,
     q: Params,
 ) -> Response {
-    let (p, limit) = match operator_page(&app, &headers, q) {
+    let (p, limit) = match operator_page(
+        &app,
+        &headers,
+        q,
+        &["status", "client", "after", "q", "limit"],
+    ) {
         Ok(page) => page,
         Err(p) => return app.fail(p),
     };
@@ -379,7 +385,7 @@ pub(crate) async fn quarantine(
     headers: HeaderMap,
     q: Params,
 ) -> Response {
-    let (p, limit) = match operator_page(&app, &headers, q) {
+    let (p, limit) = match operator_page(&app, &headers, q, &["after", "order", "limit"]) {
         Ok(page) => page,
         Err(p) => return app.fail(p),
     };

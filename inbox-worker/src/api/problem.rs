@@ -127,9 +127,32 @@ pub(crate) fn json_ok(v: &Value) -> Response {
 
 pub(crate) type Params = Result<Query<HashMap<String, String>>, QueryRejection>;
 
-pub(crate) fn params(q: Params) -> Result<HashMap<String, String>, Problem> {
-    q.map(|Query(m)| m)
-        .map_err(|_| Problem::invalid("the query string could not be decoded"))
+/// The query's parameters, each one named in `allowed`: an unknown name (a typo such as
+/// `staus`) is refused rather than ignored, since ignoring it answers another question
+/// than the one asked. The name is not echoed back.
+pub(crate) fn params(q: Params, allowed: &[&str]) -> Result<HashMap<String, String>, Problem> {
+    let p = q
+        .map(|Query(m)| m)
+        .map_err(|_| Problem::invalid("the query string could not be decoded"))?;
+    if p.keys().any(|name| !allowed.contains(&name.as_str())) {
+        return Err(Problem::invalid(format!(
+            "an unknown query parameter; this endpoint takes {}",
+            allowed.join(", ")
+        )));
+    }
+    Ok(p)
+}
+
+/// `limit`: how many rows a page holds, from 1 to 1,000 (100 when absent).
+pub(crate) fn limit_param(p: &HashMap<String, String>) -> Result<usize, Problem> {
+    match p.get("limit") {
+        None => Ok(100),
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| Problem::invalid("limit must be a whole number from 1 to 1000")),
+    }
 }
 
 pub(crate) fn number_param(
@@ -146,8 +169,4 @@ pub(crate) fn number_param(
             })
         }
     }
-}
-
-pub(crate) fn to_usize(n: u64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
 }

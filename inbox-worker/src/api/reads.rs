@@ -9,7 +9,7 @@ use ledger::{Account, Key, KeyQuery, KeyStatus};
 use serde_json::{Value, json};
 
 use super::feed;
-use super::problem::{Params, Problem, json_ok, number_param, params, to_usize};
+use super::problem::{Params, Problem, json_ok, limit_param, number_param, params};
 use super::state::{Caller, Shared};
 
 pub(crate) async fn accounts(State(app): State<Shared>, headers: HeaderMap) -> Response {
@@ -84,7 +84,7 @@ pub(crate) async fn keys(State(app): State<Shared>, headers: HeaderMap, q: Param
         Ok(c) => c,
         Err(p) => return app.fail(p),
     };
-    let p = match params(q) {
+    let p = match params(q, &["status", "limit", "after"]) {
         Ok(p) => p,
         Err(p) => return app.fail(p),
     };
@@ -95,8 +95,8 @@ pub(crate) async fn keys(State(app): State<Shared>, headers: HeaderMap, q: Param
             return app.fail(Problem::invalid("status must be pending, done or expired"));
         }
     };
-    let limit = match number_param(&p, "limit", 100, 1000) {
-        Ok(n) => to_usize(n.max(1)),
+    let limit = match limit_param(&p) {
+        Ok(n) => n,
         Err(p) => return app.fail(p),
     };
     let after = match p.get("after").map(|a| Key::parse(a)) {
@@ -155,15 +155,12 @@ pub(crate) async fn facts(State(app): State<Shared>, headers: HeaderMap, q: Para
         Ok(c) => c,
         Err(p) => return app.fail(p),
     };
-    let p = match params(q) {
+    let p = match params(q, &["after", "limit"]) {
         Ok(p) => p,
         Err(p) => return app.fail(p),
     };
-    let (after, limit) = match (
-        number_param(&p, "after", 0, u64::MAX),
-        number_param(&p, "limit", 100, 1000),
-    ) {
-        (Ok(a), Ok(l)) => (a, to_usize(l.max(1))),
+    let (after, limit) = match (number_param(&p, "after", 0, u64::MAX), limit_param(&p)) {
+        (Ok(a), Ok(l)) => (a, l),
         (Err(p), _) | (_, Err(p)) => return app.fail(p),
     };
     // A client sees only its own facts; the operator (or the only client) sees all.

@@ -152,6 +152,53 @@ fn answers_table_rows() {
     assert_eq!(w.term().code(), Some(0));
 }
 
+/// A query is as strict as a body: an unknown parameter (a typo such as `staus`) and a
+/// `limit` outside 1..=1000 are refused, never ignored or clamped into another answer.
+#[test]
+fn queries_are_strict() {
+    let (_dir, db) = scratch();
+    let w = Worker::start(&db, &[]);
+    let http = w.http();
+    assert_eq!(http.deposit("q-1", "alice", 5).status, 201);
+    for path in [
+        "/v1/keys",
+        "/v1/facts",
+        "/v1/live/keys",
+        "/v1/live/quarantine",
+    ] {
+        assert_eq!(http.get(&format!("{path}?limit=1")).status, 200, "{path}");
+        assert_eq!(
+            http.get(&format!("{path}?limit=1000")).status,
+            200,
+            "{path}"
+        );
+        for bad in [
+            "staus=pending",
+            "account=nobody",
+            "limit=0",
+            "limit=1001",
+            "limit=-1",
+        ] {
+            let r = http.get(&format!("{path}?{bad}"));
+            problem(&r, 400, "invalid_request");
+            assert!(
+                !r.body.contains("staus") && !r.body.contains("nobody"),
+                "{}",
+                r.body
+            );
+        }
+    }
+    // What each endpoint takes is accepted together.
+    for path in [
+        "/v1/keys?status=done&limit=5&after=q-0",
+        "/v1/facts?after=0&limit=5",
+        "/v1/live/keys?status=done&client=default&q=q-&limit=5",
+        "/v1/live/quarantine?order=newest&limit=5",
+    ] {
+        assert_eq!(http.get(path).status, 200, "{path}");
+    }
+}
+
 #[test]
 fn field_order_and_whitespace_do_not_make_a_mismatch() {
     let (_dir, db) = scratch();
