@@ -15,7 +15,7 @@
 #                                     time
 #
 # and prints a markdown table. Then SIGTERM, `inbox-worker verify`, and a check that
-# the facts in the log are the seeded ones plus the first executions the generators saw.
+# the facts in the log are those `load seed` wrote plus the first executions the generators saw.
 #
 # Environment: DURATION (s, 10), CONNECTIONS (64), THREADS (2, of the generator),
 # NEW_RATE (10000), REPLAY_RATE (25000), WRK (1: also run wrk if installed),

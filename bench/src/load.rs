@@ -39,7 +39,7 @@ pub enum Mode {
     /// POST /v1/withdrawals with a fresh Idempotency-Key every request (or, with
     /// duplicates, an earlier key of the run again).
     NewKey,
-    /// POST /v1/withdrawals with the seeded keys and bodies: every answer a 201 replay.
+    /// POST /v1/withdrawals with the keys and bodies `seed` wrote: every answer a 201 replay.
     Replay,
 }
 

@@ -113,7 +113,7 @@ pub struct StoresArgs {
 /// Deposit per account: far more than any run can withdraw at 1 per request, so no
 /// withdrawal is ever refused for funds (a refusal is an effect too, but not the workload).
 const DEPOSIT: u64 = 1_000_000_000_000;
-/// Connections the seeding step uses, whatever the point's concurrency.
+/// Connections the filling step uses, whatever the point's concurrency.
 const SEED_CONNECTIONS: usize = 32;
 
 /// One measured point.

@@ -1,6 +1,6 @@
 //! The fuzz targets' seed corpora (`fuzz/corpus/<target>/`), run on stable without
 //! libFuzzer: every file of every corpus goes through the same check as its fuzz target
-//! (this crate, `idem_fuzz_checks`). The seeds themselves are made here, by the real
+//! (this crate, `idem_fuzz_checks`). The corpus files themselves are made here, by the real
 //! parsers' and encoder's inputs and outputs; the test fails when a committed seed differs
 //! from what this file makes. To (re)write them:
 //! `IDEM_WRITE_FUZZ_SEEDS=1 cargo test -p idem-fuzz-checks --test corpus`.
@@ -86,7 +86,7 @@ fn committed_seeds_are_the_generated_ones() {
     );
 }
 
-// ---- the seeds ----------------------------------------------------------------------------
+// ---- the corpus files ---------------------------------------------------------------------
 
 type Seeds = Vec<(String, Vec<u8>)>;
 

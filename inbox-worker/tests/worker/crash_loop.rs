@@ -31,7 +31,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// SplitMix64: key `i`'s command is a pure function of the seed and `i`.
+/// SplitMix64: key `i`'s command is a pure function of the RNG seed and `i`.
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

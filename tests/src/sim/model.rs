@@ -28,7 +28,7 @@ pub struct IntentSpec {
 
 /// Rendering JSON is the largest cost of a run in a debug build, and the bytes are a pure
 /// function of the [`Outcome`], which every hearing compares in full. So the bytes of one
-/// intent in [`BYTE_SAMPLE`] (which ones rotates with the seed) are rendered at its first
+/// intent in [`BYTE_SAMPLE`] (which ones rotates with the RNG seed) are rendered at its first
 /// hearing and compared at the end with the stored answer rendered after expiry. Over
 /// 10,000 seeds that is tens of thousands of keys compared byte for byte.
 const BYTE_SAMPLE: u64 = 3;
