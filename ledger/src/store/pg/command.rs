@@ -462,24 +462,9 @@ impl PgStore {
         &self,
         (client, key): &(ClientId, Key),
     ) -> Result<Option<(Fingerprint, Fact)>> {
-        let conn = self.conn().await?;
-        let pg = |e: tokio_postgres::Error| pg_err(&e);
-        let stmt = conn
-            .prepare_cached(
-                "SELECT k.request_hash, f.seq, f.body \
-                 FROM idempotency_keys k LEFT JOIN facts f ON f.seq = k.seq \
-                 WHERE k.client = $1 AND k.key = $2",
-            )
-            .await
-            .map_err(pg)?;
-        let Some(row) = conn
-            .query_opt(&stmt, &[&client.as_str(), &key.as_str()])
-            .await
-            .map_err(pg)?
-        else {
+        let Some((_, stored, fact)) = self.key_with_fact(client, key).await? else {
             return Ok(None);
         };
-        let (stored, fact) = self.key_fact(&row, 0)?;
         let fact = fact.ok_or_else(|| {
             self.corrupt(format!(
                 "key {key:?} of {client:?} is committed without its fact"

@@ -678,6 +678,35 @@ impl PgStore {
 
     /// A key as `idem_claim_v3` answers it when seen (from column 2) or a plain read of its
     /// row (from column 0): its fingerprint, then its fact's seq and body, if it has one.
+    /// A key's committed row with its fact: (status, fingerprint, fact), read without the
+    /// row's lock; `None` for a key with no row.
+    pub(super) async fn key_with_fact(
+        &self,
+        client: &ClientId,
+        key: &Key,
+    ) -> Result<Option<(String, Fingerprint, Option<Fact>)>> {
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let stmt = conn
+            .prepare_cached(
+                "SELECT k.status, k.request_hash, f.seq, f.body \
+                 FROM idempotency_keys k LEFT JOIN facts f ON f.seq = k.seq \
+                 WHERE k.client = $1 AND k.key = $2",
+            )
+            .await
+            .map_err(pg)?;
+        let Some(row) = conn
+            .query_opt(&stmt, &[&client.as_str(), &key.as_str()])
+            .await
+            .map_err(pg)?
+        else {
+            return Ok(None);
+        };
+        let status: String = get(&row, 0)?;
+        let (fingerprint, fact) = self.key_fact(&row, 1)?;
+        Ok(Some((status, fingerprint, fact)))
+    }
+
     fn key_fact(&self, row: &Row, from: usize) -> Result<(Fingerprint, Option<Fact>)> {
         let hash: &[u8] = get(row, from)?;
         let fingerprint = Fingerprint(
@@ -903,28 +932,8 @@ impl Store for PgStore {
         if let Some(claim) = self.inner.claims.lock().get(&ck).cloned() {
             return Ok(Some(self.pending_info(&ck, &claim)));
         }
-        let conn = self.conn().await?;
-        let pg = |e: tokio_postgres::Error| pg_err(&e);
-        let stmt = conn
-            .prepare_cached(
-                "SELECT k.status, f.seq, f.body FROM idempotency_keys k \
-                 LEFT JOIN facts f ON f.seq = k.seq WHERE k.client = $1 AND k.key = $2",
-            )
-            .await
-            .map_err(pg)?;
-        let Some(row) = conn
-            .query_opt(&stmt, &[&client.as_str(), &key.as_str()])
-            .await
-            .map_err(pg)?
-        else {
+        let Some((status, _, fact)) = self.key_with_fact(client, key).await? else {
             return Ok(None);
-        };
-        let status: String = get(&row, 0)?;
-        let seq: Option<i64> = get(&row, 1)?;
-        let body: Option<&[u8]> = get(&row, 2)?;
-        let fact = match (seq, body) {
-            (Some(seq), Some(body)) => Some(self.decode(seq, body)?),
-            _ => None,
         };
         self.key_info(ck.0, ck.1, &status, fact).map(Some)
     }

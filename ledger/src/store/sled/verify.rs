@@ -307,30 +307,32 @@ impl Online {
     /// folded after it. Built only when something is to be reported.
     fn first_seqs(&self) -> DigestMap<u64> {
         let mut first = DigestMap::default();
-        let below = (1u64..).zip(self.sigs.iter().map(|s| s.key));
-        let mut tail: Vec<_> = self.tail.iter().collect();
-        tail.sort_by_key(|(seq, _)| **seq);
-        let above = tail
-            .into_iter()
-            .map(|(seq, (c, k))| (*seq, key_digest(c, k)));
-        for (seq, kd) in below.chain(above) {
+        for (seq, kd) in self.key_digests() {
             first.entry(kd).or_insert(seq);
         }
         first
     }
 
-    /// Reports every key that has more than one fact. Two keys whose digests meet are
-    /// told apart by reading their facts.
-    fn report_duplicates(&mut self) {
-        let mut first = DigestMap::<u64>::default();
-        let below = (1u64..).zip(self.sigs.iter().map(|s| s.key));
+    /// (seq, key digest) of every folded fact, in seq order: those up to `upto` from their
+    /// signatures, those after it from the tail's names.
+    fn key_digests(&self) -> Vec<(u64, u64)> {
         let mut tail: Vec<_> = self
             .tail
             .iter()
             .map(|(s, (c, k))| (*s, key_digest(c, k)))
             .collect();
         tail.sort_unstable();
-        for (seq, kd) in below.chain(tail) {
+        (1u64..)
+            .zip(self.sigs.iter().map(|s| s.key))
+            .chain(tail)
+            .collect()
+    }
+
+    /// Reports every key that has more than one fact. Two keys whose digests meet are
+    /// told apart by reading their facts.
+    fn report_duplicates(&mut self) {
+        let mut first = DigestMap::<u64>::default();
+        for (seq, kd) in self.key_digests() {
             let Some(&earlier) = first.get(&kd) else {
                 first.insert(kd, seq);
                 continue;
