@@ -22,16 +22,7 @@ use super::records::{
 use super::{Reply, Result, Shared, duration_ms};
 
 pub(super) enum Request {
-    Command {
-        client: ClientId,
-        key: Key,
-        command: Command,
-        fingerprint: Fingerprint,
-        token: u64,
-        message: Option<MessageId>,
-        arrived: Instant,
-        reply: Reply,
-    },
+    Command(Queued),
     Quarantine {
         message_id: Option<String>,
         reason: String,
@@ -84,14 +75,14 @@ enum Pending {
 }
 
 /// A command as the committer takes it from the queue.
-struct Queued {
-    ck: (ClientId, Key),
-    command: Command,
-    fingerprint: Fingerprint,
-    token: u64,
-    message: Option<MessageId>,
-    arrived: Instant,
-    reply: Reply,
+pub(super) struct Queued {
+    pub ck: (ClientId, Key),
+    pub command: Command,
+    pub fingerprint: Fingerprint,
+    pub token: u64,
+    pub message: Option<MessageId>,
+    pub arrived: Instant,
+    pub reply: Reply,
 }
 
 /// A batch that is written (atomically, in sled's memory) and waits for durability.
@@ -306,27 +297,7 @@ impl Committer {
                     .insert(&quarantine_key(id)[..], encode(&record));
                 staged.answers.push(Pending::Quarantine { reply, id });
             }
-            Request::Command {
-                client,
-                key,
-                command,
-                fingerprint,
-                token,
-                message,
-                arrived,
-                reply,
-            } => {
-                let command = Queued {
-                    ck: (client, key),
-                    command,
-                    fingerprint,
-                    token,
-                    message,
-                    arrived,
-                    reply,
-                };
-                self.take_command(command, staged, stats);
-            }
+            Request::Command(queued) => self.take_command(queued, staged, stats),
         }
         false
     }

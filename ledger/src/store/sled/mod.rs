@@ -56,7 +56,7 @@ mod records;
 mod verify;
 
 pub use blocking::Blocking;
-use committer::{Committer, Request};
+use committer::{Committer, Queued, Request};
 use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, Released, SHARDS, Shard};
 use records::{
     Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, STATS_KEY, decode, decode_balance, fact_key, io_err,
@@ -472,26 +472,18 @@ impl SledStore {
         message: Option<MessageId>,
         reply: Reply,
     ) {
-        let request = Request::Command {
-            client: client.clone(),
-            key: key.clone(),
+        let request = Request::Command(Queued {
+            ck: (client.clone(), key.clone()),
             command,
             fingerprint,
             token,
             message,
             arrived: Instant::now(),
             reply,
-        };
-        if let Err(crossbeam_channel::SendError(Request::Command {
-            client,
-            key,
-            token,
-            reply,
-            ..
-        })) = self.tx.send(request)
-        {
-            self.shared.release(&(client, key), token);
-            reply(Err(LedgerError::Closed));
+        });
+        if let Err(crossbeam_channel::SendError(Request::Command(queued))) = self.tx.send(request) {
+            self.shared.release(&queued.ck, queued.token);
+            (queued.reply)(Err(LedgerError::Closed));
         }
     }
 
