@@ -529,9 +529,35 @@ pub mod json {
         }
     }
 
+    /// One value of a body's field, borrowed from what it describes where it can be: a
+    /// body is listed as fields once, then rendered as a JSON document or digested as
+    /// PostgreSQL prints it (see [`outcome_jsonb`]), without building the document.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Field<'a> {
+        Str(&'a str),
+        Text(String),
+        Unsigned(u64),
+        /// A balance: a JSON number while it fits in 64 bits, a decimal string beyond.
+        Wide(u128),
+    }
+
+    impl Field<'_> {
+        fn value(self) -> Value {
+            match self {
+                Field::Str(s) => json!(s),
+                Field::Text(s) => Value::String(s),
+                Field::Unsigned(n) => json!(n),
+                Field::Wide(v) => wide_unsigned(v),
+            }
+        }
+    }
+
     /// The command's own fields, as the client sent them.
-    pub fn command_fields(command: &Command, map: &mut Map<String, Value>) {
-        map.insert("command".into(), json!(command.name()));
+    pub fn command_field_list<'a>(
+        command: &'a Command,
+        add: &mut impl FnMut(&'static str, Field<'a>),
+    ) {
+        add("command", Field::Str(command.name()));
         match command {
             Command::Deposit {
                 account,
@@ -543,13 +569,54 @@ pub mod json {
                 amount,
                 currency,
             } => {
-                map.insert("account".into(), json!(account.as_str()));
-                map.insert("amount".into(), json!(amount.units()));
-                map.insert("currency".into(), json!(currency.as_str()));
+                add("account", Field::Str(account.as_str()));
+                add("amount", Field::Unsigned(amount.units()));
+                add("currency", Field::Str(currency.as_str()));
             }
             Command::Refund { withdrawal, amount } => {
-                map.insert("withdrawal".into(), json!(withdrawal.as_str()));
-                map.insert("amount".into(), json!(amount.units()));
+                add("withdrawal", Field::Str(withdrawal.as_str()));
+                add("amount", Field::Unsigned(amount.units()));
+            }
+        }
+    }
+
+    /// The command's own fields, as the client sent them.
+    pub fn command_fields(command: &Command, map: &mut Map<String, Value>) {
+        command_field_list(command, &mut |name, field| {
+            map.insert(name.into(), field.value());
+        });
+    }
+
+    /// The fields of the body a client gets for an outcome, in the order they are set: a
+    /// field set twice keeps its last value, as in a JSON object.
+    pub fn outcome_fields<'a>(outcome: &'a Outcome, add: &mut impl FnMut(&'static str, Field<'a>)) {
+        match outcome {
+            Outcome::Applied(r) => {
+                command_field_list(&r.command, add);
+                add("key", Field::Str(r.key.as_str()));
+                add("account", Field::Str(r.account.as_str()));
+                add("currency", Field::Str(r.currency.as_str()));
+                add("seq", Field::Unsigned(r.seq));
+                add("balance", Field::Wide(r.balance));
+                if let Some(total) = r.refunded_total {
+                    add("refunded_total", Field::Unsigned(total));
+                }
+                add("created_at", Field::Text(r.created_at.to_rfc3339()));
+                add("outcome", Field::Str("applied"));
+            }
+            Outcome::Rejected(r) => {
+                command_field_list(&r.command, add);
+                add("key", Field::Str(r.key.as_str()));
+                add("seq", Field::Unsigned(r.seq));
+                add("created_at", Field::Text(r.created_at.to_rfc3339()));
+                add("outcome", Field::Str("rejected"));
+                add(
+                    "type",
+                    Field::Text(format!("urn:idem:problem:{}", r.rejection.code())),
+                );
+                add("title", Field::Str(r.rejection.title()));
+                add("status", Field::Unsigned(422));
+                add("code", Field::Str(r.rejection.code()));
             }
         }
     }
@@ -558,36 +625,75 @@ pub mod json {
     /// problem details with a stable `code` for a rejection.
     pub fn outcome(outcome: &Outcome) -> Value {
         let mut map = Map::new();
-        match outcome {
-            Outcome::Applied(r) => {
-                command_fields(&r.command, &mut map);
-                map.insert("key".into(), json!(r.key.as_str()));
-                map.insert("account".into(), json!(r.account.as_str()));
-                map.insert("currency".into(), json!(r.currency.as_str()));
-                map.insert("seq".into(), json!(r.seq));
-                map.insert("balance".into(), wide_unsigned(r.balance));
-                if let Some(total) = r.refunded_total {
-                    map.insert("refunded_total".into(), json!(total));
-                }
-                map.insert("created_at".into(), json!(r.created_at.to_rfc3339()));
-                map.insert("outcome".into(), json!("applied"));
+        outcome_fields(outcome, &mut |name, field| {
+            map.insert(name.into(), field.value());
+        });
+        Value::Object(map)
+    }
+
+    /// The outcome's body as PostgreSQL prints it once stored as jsonb, into `out`: keys
+    /// shortest first and bytewise among equals (jsonb's own order), `", "` and `": "`
+    /// between items, strings escaped as its `escape_json` does. A verify compares this
+    /// text's digest with the one the server keeps of the stored copy.
+    pub fn outcome_jsonb(outcome: &Outcome, out: &mut String) {
+        let mut fields: Vec<(&'static str, Field<'_>)> = Vec::with_capacity(16);
+        outcome_fields(
+            outcome,
+            &mut |name, field| match fields.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = field,
+                None => fields.push((name, field)),
+            },
+        );
+        fields.sort_unstable_by(|a, b| (a.0.len(), a.0).cmp(&(b.0.len(), b.0)));
+        out.push('{');
+        for (i, (name, field)) in fields.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
             }
-            Outcome::Rejected(r) => {
-                command_fields(&r.command, &mut map);
-                map.insert("key".into(), json!(r.key.as_str()));
-                map.insert("seq".into(), json!(r.seq));
-                map.insert("created_at".into(), json!(r.created_at.to_rfc3339()));
-                map.insert("outcome".into(), json!("rejected"));
-                map.insert(
-                    "type".into(),
-                    json!(format!("urn:idem:problem:{}", r.rejection.code())),
-                );
-                map.insert("title".into(), json!(r.rejection.title()));
-                map.insert("status".into(), json!(422));
-                map.insert("code".into(), json!(r.rejection.code()));
+            jsonb_string(name, out);
+            out.push_str(": ");
+            match field {
+                Field::Str(s) => jsonb_string(s, out),
+                Field::Text(s) => jsonb_string(s, out),
+                Field::Unsigned(n) => out.push_str(itoa::Buffer::new().format(*n)),
+                Field::Wide(v) => match u64::try_from(*v) {
+                    Ok(n) => out.push_str(itoa::Buffer::new().format(n)),
+                    Err(_) => jsonb_string(itoa::Buffer::new().format(*v), out),
+                },
             }
         }
-        Value::Object(map)
+        out.push('}');
+    }
+
+    /// A string as jsonb prints it.
+    fn jsonb_string(s: &str, out: &mut String) {
+        use std::fmt::Write as _;
+        out.push('"');
+        // Runs of characters printed as they are go in one copy: escapes are rare.
+        let mut plain = 0;
+        for (i, b) in s.bytes().enumerate() {
+            let escape = match b {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                0x08 => "\\b",
+                0x0c => "\\f",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..0x20 => "",
+                _ => continue,
+            };
+            // `b` is ASCII, so `i` is a character boundary.
+            out.push_str(&s[plain..i]);
+            plain = i + 1;
+            if escape.is_empty() {
+                let _ = write!(out, "\\u{b:04x}");
+            } else {
+                out.push_str(escape);
+            }
+        }
+        out.push_str(&s[plain..]);
+        out.push('"');
     }
 
     /// A fact as the log API and the dashboard show it.
@@ -713,5 +819,66 @@ mod tests {
         overlong.extend([0x81, 0x00]);
         overlong.extend(&bytes[at + 1..]);
         assert!(Fact::decode(7, &overlong).is_err());
+    }
+
+    /// The jsonb rendering of an outcome is the same document as its JSON body (every
+    /// field, every escape), with its keys in jsonb's order: shortest first, bytewise
+    /// among equals. PostgreSQL's own printing of it is pinned by the store's tests.
+    #[test]
+    fn the_jsonb_rendering_is_the_body_in_jsonb_order() {
+        let rub = Currency::parse("RUB").unwrap();
+        let odd = Key::parse(r#"w"1\x/\"#).unwrap();
+        let mut facts = vec![deposit()];
+        facts.push(Fact {
+            key: odd.clone(),
+            body: FactBody::WithdrawalRecorded {
+                account: Account::parse("alice").unwrap(),
+                amount: Amount::new(5).unwrap(),
+                currency: rub,
+                balance_after: u128::from(u64::MAX) + 7,
+            },
+            ..deposit()
+        });
+        facts.push(Fact {
+            body: FactBody::RefundRecorded {
+                withdrawal: odd.clone(),
+                account: Account::parse("alice").unwrap(),
+                amount: Amount::new(2).unwrap(),
+                currency: rub,
+                balance_after: 3,
+                refunded_total: 2,
+            },
+            ..deposit()
+        });
+        for rejection in Rejection::ALL {
+            facts.push(Fact {
+                body: FactBody::CommandRejected {
+                    command: Command::Refund {
+                        withdrawal: odd.clone(),
+                        amount: Amount::new(9).unwrap(),
+                    },
+                    rejection,
+                },
+                ..deposit()
+            });
+        }
+        for fact in &facts {
+            let outcome = Outcome::from_fact(fact);
+            let mut text = String::new();
+            json::outcome_jsonb(&outcome, &mut text);
+            let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(parsed, json::outcome(&outcome), "{text}");
+            // Keys in jsonb's order: read them back in the order printed.
+            let mut parts: Vec<&str> = text.split("\": ").collect();
+            parts.pop();
+            let keys: Vec<&str> = parts
+                .iter()
+                .filter_map(|part| part.rsplit('"').next())
+                .collect();
+            let mut sorted = keys.clone();
+            sorted.sort_by(|a, b| (a.len(), *a).cmp(&(b.len(), *b)));
+            assert_eq!(keys, sorted, "{text}");
+            assert!(text.contains(", \"") && !text.contains(",\""), "{text}");
+        }
     }
 }

@@ -1496,6 +1496,108 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// verify reads each stored response as a 16-byte digest the server keeps of it, and
+    /// compares it with the digest of the answer rendered from the fact the way
+    /// PostgreSQL prints a jsonb. So first a ledger whose answers hold what that printing
+    /// escapes or orders (quotes and backslashes in keys, a balance beyond 64 bits printed
+    /// as a string, rejections, refunds) verifies clean; then each row changed behind the
+    /// store's back is found, under the guarantee it breaks, and the ledger is clean again
+    /// once the change is undone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_finds_rows_changed_behind_its_back() {
+        let Some((env, store, admin)) =
+            with_alice("postgres_only::verify_finds_rows_changed_behind_its_back").await
+        else {
+            return;
+        };
+        for i in 0..20 {
+            executed(
+                submit(
+                    &store,
+                    &format!("whale-{i}"),
+                    deposit("whale", ledger::domain::AMOUNT_MAX, usd()),
+                )
+                .await,
+            );
+        }
+        executed(submit(&store, r#"w"1\x"#, withdraw("alice", 100, rub())).await);
+        executed(submit(&store, "r-1", refund(r#"w"1\x"#, 30)).await);
+        executed(submit(&store, "w-big", withdraw("alice", 10_000, rub())).await); // rejected
+        executed(submit(&store, "w-usd", withdraw("alice", 1, usd())).await); // rejected
+        let clean = assert_verified(&store).await;
+        assert_eq!(clean.facts, 25);
+        admin
+            .batch_execute("CREATE TABLE public.keys_copy AS SELECT * FROM idem.idempotency_keys")
+            .await
+            .unwrap();
+        let restore = "DELETE FROM idem.idempotency_keys; \
+            INSERT INTO idem.idempotency_keys (client, key, request_hash, status, response, created_at, seq) \
+            SELECT client, key, request_hash, status, response, created_at, seq FROM public.keys_copy";
+        let answer = "every key answers with its own fact";
+        let key_fact = "every done key has its fact and every fact its key";
+        let cases = [
+            (
+                "a stored response with another seq",
+                "UPDATE idem.idempotency_keys SET response = jsonb_set(response, '{seq}', '999') \
+                 WHERE key = 'd-1'",
+                answer,
+            ),
+            (
+                "a stored response with one escape less",
+                r#"UPDATE idem.idempotency_keys SET response = jsonb_set(response, '{withdrawal}', '"w\"1x"') WHERE key = 'r-1'"#,
+                answer,
+            ),
+            (
+                "another command's fingerprint",
+                "UPDATE idem.idempotency_keys SET request_hash = \
+                 (SELECT request_hash FROM idem.idempotency_keys WHERE key = 'd-1') \
+                 WHERE key = 'w-big'",
+                answer,
+            ),
+            (
+                "a fact whose key row is gone",
+                "DELETE FROM idem.idempotency_keys WHERE key = 'whale-3'",
+                key_fact,
+            ),
+            (
+                "a key row pointing at another key's fact",
+                "UPDATE idem.idempotency_keys SET seq = \
+                 (SELECT seq FROM idem.facts WHERE key = 'd-1') WHERE key = 'whale-4'",
+                key_fact,
+            ),
+        ];
+        for (what, change, guarantee) in cases {
+            admin.batch_execute(change).await.unwrap();
+            let report = store.verify().await.unwrap();
+            assert!(
+                report.violations.iter().any(|v| v.guarantee == guarantee),
+                "{what}: expected [{guarantee}], got {report}"
+            );
+            admin.batch_execute(restore).await.unwrap();
+            assert_verified(&store).await;
+        }
+        // A second fact for a key, which the table's own constraint would refuse.
+        admin
+            .batch_execute(
+                "ALTER TABLE idem.facts DROP CONSTRAINT facts_one_per_key; \
+                 INSERT INTO idem.facts (seq, at, client, key, kind, rejection, body, doc) \
+                 SELECT seq + 1000, at, client, key, kind, rejection, body, doc \
+                 FROM idem.facts WHERE key = 'w-usd'",
+            )
+            .await
+            .unwrap();
+        let report = store.verify().await.unwrap();
+        assert!(
+            report
+                .violations
+                .iter()
+                .any(|v| v.guarantee == "one effect per key" && v.detail.contains("w-usd")),
+            "{report}"
+        );
+        close(store).await;
+        env.finish().await;
+    }
+
     /// An attempt that ends while its transaction is open (here: the account's row is
     /// locked by a session that outlives the lease) rolls back before its connection is
     /// used again: with a pool of one connection, the next command runs on that same

@@ -88,6 +88,17 @@ impl Report {
         self.violations
     }
 
+    /// Takes in what another part of the same verify found, listed and counted as if it
+    /// had been added here.
+    pub(crate) fn absorb(&mut self, other: Report) {
+        for v in other.violations {
+            self.add(v.guarantee, v.detail);
+        }
+        for (guarantee, n) in other.counts {
+            *self.counts.entry(guarantee).or_insert(0) += n.saturating_sub(LIST_MAX);
+        }
+    }
+
     pub(crate) fn add(&mut self, guarantee: &'static str, detail: String) {
         let n = self.counts.entry(guarantee).or_insert(0);
         *n += 1;

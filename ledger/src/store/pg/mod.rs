@@ -106,6 +106,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "a refund waits for its withdrawal in flight",
         include_str!("migrations/v5.sql"),
     ),
+    (
+        "each stored response carries its digest",
+        include_str!("migrations/v6.sql"),
+    ),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows

@@ -5,9 +5,6 @@
 use super::*;
 use crate::store::verify as checks;
 
-/// Rows fetched per round trip when `verify` reads the whole log.
-pub(super) const VERIFY_CHUNK: i32 = 10_000;
-
 /// The guarantee `verify` checks instead of sled's gapless log (see the module docs).
 pub(super) const SEQ_ORDER: &str = "the log's sequence numbers are unique and increasing";
 
@@ -17,13 +14,35 @@ struct Fold {
     r: Report,
     balances: Balances,
     stats: Stats,
-    /// Each key's fact, by (client, key).
-    seen: HashMap<(ClientId, Key), u64>,
     withdrawals: checks::Withdrawals,
     facts: u64,
     /// The last seq folded.
     prev: Option<i64>,
+    /// Facts with their rows, on their way to the key checks.
+    batch: Vec<(Row, Fact)>,
+    keys: KeyChecks,
 }
+
+/// What the key rows showed: checked on a thread of their own while the log is folded,
+/// since a key's check (its fingerprint, its answer's digest) needs nothing of the fold.
+#[derive(Default)]
+struct KeyChecks {
+    r: Report,
+    /// Facts whose key row points at them: with the count of key rows, what tells a key
+    /// row without its fact.
+    keyed: u64,
+    expired: u64,
+    /// A fact whose key row points elsewhere (or nowhere) was seen: look for keys with two
+    /// facts, which is the one way a row can point at another fact of its own key.
+    misfiled: bool,
+    /// Reused for each rendered answer.
+    text: String,
+}
+
+/// Facts handed to the key checks at a time, and batches in flight: enough to keep both
+/// threads busy, little enough to stay a few megabytes.
+const KEY_BATCH: usize = 512;
+const KEY_BATCHES_IN_FLIGHT: usize = 8;
 
 type Tx<'a> = deadpool_postgres::Transaction<'a>;
 
@@ -40,12 +59,22 @@ impl PgStore {
             .start()
             .await
             .map_err(pg)?;
-        tx.batch_execute("SET LOCAL statement_timeout = 0")
-            .await
-            .map_err(pg)?;
+        // The log is read in seq order beside the key rows sorted by the seq they point at:
+        // a merge of two ordered inputs that yields its first row once the key rows are
+        // sorted, in memory where they fit. A hash join would need the whole result sorted
+        // again; parallel workers would take the core the fold runs on.
+        tx.batch_execute(
+            "SET LOCAL statement_timeout = 0; \
+             SET LOCAL work_mem = '64MB'; \
+             SET LOCAL max_parallel_workers_per_gather = 0; \
+             SET LOCAL enable_hashjoin = off; \
+             SET LOCAL enable_nestloop = off",
+        )
+        .await
+        .map_err(pg)?;
         let mut fold = Fold::default();
         self.fold_log(&tx, &mut fold).await?;
-        self.check_keys(&tx, &mut fold).await?;
+        self.check_key_rows(&tx, &mut fold).await?;
         self.check_stored_balances(&tx, &mut fold).await?;
         self.check_refunded(&tx, &mut fold).await?;
         check_inbox(&tx, &mut fold.r).await?;
@@ -71,42 +100,80 @@ impl PgStore {
         })
     }
 
-    /// The log, in seq order, a chunk per round trip: each fact filed under its own key,
-    /// one per key, and checked against the fold of those before it.
+    /// The log in seq order, each fact beside the row of its own key, streamed as the
+    /// server sends it: each fact decoded once, checked against its key row and against
+    /// the fold of the facts before it.
     async fn fold_log(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+        use futures_util::TryStreamExt as _;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
-        let portal = tx
-            .bind("SELECT seq, client, key, body FROM facts ORDER BY seq", &[])
+        let rows = tx
+            .query_raw(
+                "SELECT f.seq, f.client, f.key, f.body, k.seq IS NOT NULL, \
+                        k.client = f.client AND k.key = f.key, \
+                        k.status, k.request_hash, k.response_digest \
+                 FROM facts f LEFT JOIN idempotency_keys k ON k.seq = f.seq \
+                 ORDER BY f.seq",
+                std::iter::empty::<i64>(),
+            )
             .await
             .map_err(pg)?;
-        loop {
-            let rows = tx.query_portal(&portal, VERIFY_CHUNK).await.map_err(pg)?;
-            if rows.is_empty() {
-                return Ok(());
+        let (to_checks, mut batches) =
+            tokio::sync::mpsc::channel::<Vec<(Row, Fact)>>(KEY_BATCHES_IN_FLIGHT);
+        let checker = tokio::task::spawn_blocking(move || {
+            let mut keys = KeyChecks::default();
+            while let Some(batch) = batches.blocking_recv() {
+                for (row, fact) in &batch {
+                    check_key_row(row, fact, &mut keys)?;
+                }
             }
-            for row in &rows {
-                self.fold_fact(row, fold)?;
+            Ok::<_, LedgerError>(keys)
+        });
+        let mut rows = std::pin::pin!(rows);
+        let mut folded = Ok(());
+        while let Some(row) = rows.try_next().await.map_err(pg)? {
+            self.fold_fact(row, fold)?;
+            if fold.batch.len() >= KEY_BATCH {
+                let batch = std::mem::replace(&mut fold.batch, Vec::with_capacity(KEY_BATCH));
+                if to_checks.send(batch).await.is_err() {
+                    // The checker stopped on an error: it is reported below.
+                    folded = Err(());
+                    break;
+                }
             }
         }
+        if folded.is_ok() && !fold.batch.is_empty() {
+            let _ = to_checks.send(std::mem::take(&mut fold.batch)).await;
+        }
+        drop(to_checks);
+        let keys = checker
+            .await
+            .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))??;
+        fold.keys = keys;
+        Ok(())
     }
 
-    fn fold_fact(&self, row: &Row, fold: &mut Fold) -> Result<()> {
+    fn fold_fact(&self, row: Row, fold: &mut Fold) -> Result<()> {
         let r = &mut fold.r;
-        let seq: i64 = get(row, 0)?;
+        let seq: i64 = get(&row, 0)?;
         let prev = fold.prev;
+        if prev == Some(seq) && get::<bool>(&row, 4)? {
+            // The join meets a fact once per key row pointing at it.
+            r.add(checks::KEY_FACT, format!("two key rows point at seq {seq}"));
+            return Ok(());
+        }
         if prev.is_some_and(|p| seq <= p) || seq < 1 {
             r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
         }
         fold.prev = Some(seq);
         fold.facts += 1;
-        let fact = match self.decode(seq, get(row, 3)?) {
+        let fact = match self.decode(seq, get(&row, 3)?) {
             Ok(f) => f,
             Err(e) => {
                 r.add(checks::KEY_FACT, e.to_string());
                 return Ok(());
             }
         };
-        let (c, k): (&str, &str) = (get(row, 1)?, get(row, 2)?);
+        let (c, k): (&str, &str) = (get(&row, 1)?, get(&row, 2)?);
         if fact.client.as_str() != c || fact.key.as_str() != k {
             r.add(
                 checks::KEY_FACT,
@@ -116,115 +183,70 @@ impl PgStore {
                 ),
             );
         }
-        let ck = (fact.client.clone(), fact.key.clone());
-        if let Some(first) = fold.seen.insert(ck, fact.seq) {
-            r.add(
-                checks::ONE_EFFECT,
-                format!(
-                    "key {:?} of client {:?} has facts {first} and {seq}",
-                    fact.key, fact.client
-                ),
-            );
-        }
-        checks::check_fold(r, &fact, &fold.balances, &mut fold.withdrawals);
+        checks::check_fold(&mut fold.r, &fact, &fold.balances, &mut fold.withdrawals);
         fold.balances.apply(&fact);
         fold.stats.apply(&fact);
+        fold.batch.push((row, fact));
         Ok(())
     }
 
-    /// Keys: each points at its own fact, remembers its command, and holds the answer
-    /// its fact gives (or none, once expired).
-    async fn check_keys(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+    /// Key rows the log's stream did not meet: a key row is met once, beside the fact it
+    /// points at, so fewer meetings than rows mean rows without their fact. And keys
+    /// with two facts, looked for only when a fact was found without its key row.
+    async fn check_key_rows(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
         let pg = |e: tokio_postgres::Error| pg_err(&e);
-        let portal = tx
-            .bind(
-                "SELECT k.client, k.key, k.request_hash, k.status, k.seq, k.response, f.body \
-                 FROM idempotency_keys k LEFT JOIN facts f ON f.seq = k.seq",
-                &[],
-            )
+        let rows: i64 = tx
+            .query_one("SELECT count(*) FROM idempotency_keys", &[])
             .await
-            .map_err(pg)?;
-        let mut keys = 0u64;
-        loop {
-            let rows = tx.query_portal(&portal, VERIFY_CHUNK).await.map_err(pg)?;
-            if rows.is_empty() {
-                break;
-            }
-            for row in &rows {
-                keys += 1;
-                self.check_key(row, fold)?;
-            }
-        }
-        if keys != u64::try_from(fold.seen.len()).unwrap_or(u64::MAX) {
-            fold.r.add(
-                checks::KEY_FACT,
-                format!("{} facts but {keys} key rows", fold.seen.len()),
-            );
-        }
-        Ok(())
-    }
-
-    fn check_key(&self, row: &Row, fold: &mut Fold) -> Result<()> {
-        let r = &mut fold.r;
-        let (client, key): (String, String) = (get(row, 0)?, get(row, 1)?);
-        let status: String = get(row, 3)?;
-        let seq: Option<i64> = get(row, 4)?;
-        let response: Option<serde_json::Value> = get(row, 5)?;
-        let body: Option<&[u8]> = get(row, 6)?;
-        if status == "expired" {
+            .map_err(pg)
+            .and_then(|row| get(&row, 0))?;
+        let keys = std::mem::take(&mut fold.keys);
+        fold.r.absorb(keys.r);
+        for _ in 0..keys.expired {
             fold.stats.expire_one();
         }
-        let Ok((c, k)) = self.names(client.clone(), key.clone()) else {
-            r.add(
-                checks::KEY_FACT,
-                format!("a key row with an unreadable name {client:?} {key:?}"),
-            );
-            return Ok(());
-        };
-        let (Some(seq), Some(body)) = (seq, body) else {
-            r.add(
-                checks::KEY_FACT,
-                format!("key {k:?} of {c:?} is {status} but has no fact"),
-            );
-            return Ok(());
-        };
-        match fold.seen.get(&(c.clone(), k.clone())) {
-            Some(s) if i64::try_from(*s).ok() == Some(seq) => {}
-            Some(s) => r.add(
-                checks::KEY_FACT,
-                format!("key {k:?} of {c:?} points at seq {seq} but its fact is {s}"),
-            ),
-            None => r.add(
-                checks::KEY_FACT,
-                format!("key {k:?} of {c:?} points at seq {seq}, a fact of another key"),
-            ),
+        if u64::try_from(rows).ok() != Some(keys.keyed) {
+            let orphans = tx
+                .query(
+                    "SELECT k.client, k.key, k.status, k.seq FROM idempotency_keys k \
+                     WHERE NOT EXISTS (SELECT 1 FROM facts f WHERE f.seq = k.seq \
+                       AND f.client = k.client AND f.key = k.key) \
+                     ORDER BY k.client, k.key LIMIT 100",
+                    &[],
+                )
+                .await
+                .map_err(pg)?;
+            for row in &orphans {
+                let (c, k): (&str, &str) = (get(row, 0)?, get(row, 1)?);
+                let (status, seq): (&str, Option<i64>) = (get(row, 2)?, get(row, 3)?);
+                fold.r.add(
+                    checks::KEY_FACT,
+                    match seq {
+                        None => format!("key {k:?} of {c:?} is {status} but has no fact"),
+                        Some(seq) => {
+                            format!("key {k:?} of {c:?} points at seq {seq}, which is not its fact")
+                        }
+                    },
+                );
+            }
         }
-        let Ok(fact) = self.decode(seq, body) else {
-            return Ok(());
-        };
-        let hash: &[u8] = get(row, 2)?;
-        if hash != fact.body.command_fingerprint().0 {
-            r.add(
-                checks::SAME_ANSWER,
-                format!("seq {seq}: the key's fingerprint is not its fact's command"),
-            );
-        }
-        let answer = fact::json::outcome(&Outcome::from_fact(&fact));
-        match (status.as_str(), response) {
-            ("done", Some(stored)) if stored == answer => {}
-            ("expired", None) => {}
-            ("done", _) => r.add(
-                checks::SAME_ANSWER,
-                format!("key {k:?} of {c:?}: the stored response is not its fact's"),
-            ),
-            ("expired", Some(_)) => r.add(
-                checks::SAME_ANSWER,
-                format!("key {k:?} of {c:?} is expired but keeps its response"),
-            ),
-            (other, _) => r.add(
-                checks::KEY_FACT,
-                format!("key {k:?} of {c:?} is committed as {other}"),
-            ),
+        if keys.misfiled {
+            let twice = tx
+                .query(
+                    "SELECT client, key, min(seq), max(seq) FROM facts \
+                     GROUP BY client, key HAVING count(*) > 1 ORDER BY 3 LIMIT 100",
+                    &[],
+                )
+                .await
+                .map_err(pg)?;
+            for row in &twice {
+                let (c, k): (&str, &str) = (get(row, 0)?, get(row, 1)?);
+                let (first, last): (i64, i64) = (get(row, 2)?, get(row, 3)?);
+                fold.r.add(
+                    checks::ONE_EFFECT,
+                    format!("key {k:?} of client {c:?} has facts {first} and {last}"),
+                );
+            }
         }
         Ok(())
     }
@@ -293,6 +315,92 @@ impl PgStore {
         }
         Ok(())
     }
+}
+
+/// A fact against the row of its key, read beside it: the row points at this fact,
+/// remembers its command, and holds the answer the fact gives (or none, once expired).
+fn check_key_row(row: &Row, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
+    let r = &mut keys.r;
+    let (c, k) = (&fact.client, &fact.key);
+    if !get::<bool>(row, 4)? {
+        keys.misfiled = true;
+        r.add(
+            checks::KEY_FACT,
+            format!(
+                "seq {} is the fact of key {k:?} of {c:?}, but no key row points at it",
+                fact.seq
+            ),
+        );
+        return Ok(());
+    }
+    if get::<Option<bool>>(row, 5)? != Some(true) {
+        keys.misfiled = true;
+        r.add(
+            checks::KEY_FACT,
+            format!(
+                "seq {} is the fact of key {k:?} of {c:?}, but another key points at it",
+                fact.seq
+            ),
+        );
+        return Ok(());
+    }
+    let status: &str = get(row, 6)?;
+    keys.keyed += 1;
+    let hash: &[u8] = get(row, 7)?;
+    if hash != fact.body.command_fingerprint().0 {
+        r.add(
+            checks::SAME_ANSWER,
+            format!(
+                "seq {}: the key's fingerprint is not its fact's command",
+                fact.seq
+            ),
+        );
+    }
+    let stored: Option<&[u8]> = get(row, 8)?;
+    match (status, stored) {
+        ("done", Some(stored)) => {
+            if stored != response_digest(&Outcome::from_fact(fact), &mut keys.text) {
+                r.add(
+                    checks::SAME_ANSWER,
+                    format!("key {k:?} of {c:?}: the stored response is not its fact's"),
+                );
+            }
+        }
+        ("expired", None) => keys.expired += 1,
+        ("done", None) => r.add(
+            checks::SAME_ANSWER,
+            format!("key {k:?} of {c:?}: the stored response is not its fact's"),
+        ),
+        ("expired", Some(_)) => {
+            keys.expired += 1;
+            r.add(
+                checks::SAME_ANSWER,
+                format!("key {k:?} of {c:?} is expired but keeps its response"),
+            );
+        }
+        (other, _) => r.add(
+            checks::KEY_FACT,
+            format!("key {k:?} of {c:?} is committed as {other}"),
+        ),
+    }
+    Ok(())
+}
+
+/// The digest PostgreSQL keeps of a stored response (`response_digest`, schema version
+/// 6): the first 16 bytes of SHA-256 over `jsonb_send`, a version byte and then the text
+/// PostgreSQL prints for the document. That text is written here as PostgreSQL writes it,
+/// so a response is compared by 16 bytes instead of being read and parsed.
+fn response_digest(outcome: &Outcome, text: &mut String) -> [u8; 16] {
+    use sha2::Digest as _;
+    text.clear();
+    fact::json::outcome_jsonb(outcome, text);
+    let mut h = sha2::Sha256::new();
+    h.update([1u8]);
+    h.update(text.as_bytes());
+    let full = h.finalize();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
 }
 
 /// Every inbox record was written with the fact that answered its message.

@@ -1,0 +1,221 @@
+//! `cargo bench -p ledger --bench pg_verify`: how fast `verify` reads a PostgreSQL ledger,
+//! beside the floor under it measured in the same run: the same server streaming the same
+//! rows to a client that only counts them.
+//! IDEM_BENCH_FACTS (default 100,000) sets the ledger's size; IDEM_PG_URL the server.
+//! IDEM_BENCH_PG_KEEP=1 keeps the filled database and prints its URL; IDEM_BENCH_PG_URL
+//! measures an existing ledger instead of filling a new one.
+// A measuring tool: lossy casts of counts and durations to print them are fine here.
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use futures_util::TryStreamExt as _;
+use ledger::testing::PgTestDb;
+use ledger::*;
+use tokio_postgres::NoTls;
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn rub() -> Currency {
+    Currency::parse("RUB").unwrap()
+}
+
+/// Fills the ledger through the store itself, so every row is what a worker writes.
+async fn fill(store: &Arc<PgStore>, facts: u64) {
+    let client = ClientId::default_client();
+    let accounts: Vec<Account> = (0..1000)
+        .map(|i| Account::parse(&format!("acct{i}")).unwrap())
+        .collect();
+    for (i, a) in accounts.iter().enumerate() {
+        let deposit = Command::Deposit {
+            account: a.clone(),
+            amount: Amount::new(1_000_000_000_000).unwrap(),
+            currency: rub(),
+        };
+        let key = Key::parse(&format!("seed-{i}")).unwrap();
+        store.submit(&client, &key, deposit, None).await.unwrap();
+    }
+    let accounts = Arc::new(accounts);
+    let next = Arc::new(AtomicU64::new(0));
+    let target = facts.saturating_sub(accounts.len() as u64);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let (store, next, accounts, client) = (
+                store.clone(),
+                next.clone(),
+                accounts.clone(),
+                client.clone(),
+            );
+            tokio::spawn(async move {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n >= target {
+                        break;
+                    }
+                    let withdraw = Command::Withdraw {
+                        account: accounts[(n as usize) % accounts.len()].clone(),
+                        amount: Amount::new(1 + n % 1000).unwrap(),
+                        currency: rub(),
+                    };
+                    let key = Key::parse(&format!("ord-{n:08}")).unwrap();
+                    store.submit(&client, &key, withdraw, None).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// What verify asks the server for (see `ledger/src/store/pg/verify.rs`).
+const VERIFY_SETTINGS: &str = "SET LOCAL work_mem = '64MB'; \
+     SET LOCAL max_parallel_workers_per_gather = 0; \
+     SET LOCAL enable_hashjoin = off; SET LOCAL enable_nestloop = off";
+const VERIFY_ROWS: &str = "SELECT f.seq, f.client, f.key, f.body, k.seq IS NOT NULL, \
+     k.client = f.client AND k.key = f.key, k.status, k.request_hash, k.response_digest \
+     FROM idem.facts f LEFT JOIN idem.idempotency_keys k ON k.seq = f.seq ORDER BY f.seq";
+
+/// The worker that runs verify allocates with mimalloc; so does this bench.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The floor: the rows verify reads, in the same snapshot kind of transaction, only
+/// counted.
+async fn bare_read(url: &str) -> (u64, f64) {
+    let (mut client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
+    tokio::spawn(conn);
+    let t = Instant::now();
+    let tx = client.transaction().await.unwrap();
+    let mut rows = 0u64;
+    tx.batch_execute(VERIFY_SETTINGS).await.unwrap();
+    for sql in [VERIFY_ROWS, "SELECT count(*) FROM idem.idempotency_keys"] {
+        let stream = tx.query_raw(sql, std::iter::empty::<i64>()).await.unwrap();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(row) = stream.try_next().await.unwrap() {
+            std::hint::black_box(row.len());
+            rows += 1;
+        }
+    }
+    tx.rollback().await.unwrap();
+    (rows, t.elapsed().as_secs_f64())
+}
+
+fn rules() -> Rules {
+    Rules {
+        retention: std::time::Duration::from_secs(86_400),
+        lease: std::time::Duration::from_secs(10),
+        clock: Arc::new(SystemClock),
+    }
+}
+
+/// CPU time this process has used, on all its threads: on a shared machine, what the
+/// client's side costs whatever else runs.
+fn cpu_secs() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given.
+    #[allow(unsafe_code)]
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// Three verifies, each beside a bare read of the same rows.
+async fn measure(store: &PgStore, url: &str, facts: u64) {
+    println!(
+        "| run | verify s | verify facts/s | client CPU µs/fact | bare read s | bare facts/s | \
+         client CPU µs/fact | ratio |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for run in 1..=3 {
+        let (t, cpu) = (Instant::now(), cpu_secs());
+        let report = store.verify().await.unwrap();
+        let (secs, verify_cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
+        assert!(report.ok(), "verify found violations: {report:?}");
+        assert_eq!(report.facts, facts);
+        let cpu = cpu_secs();
+        let (rows, bare) = bare_read(url).await;
+        let bare_cpu = cpu_secs() - cpu;
+        assert_eq!(rows, facts + 1);
+        let (rate, bare_rate) = (facts as f64 / secs, facts as f64 / bare);
+        let per = |cpu: f64| cpu * 1e6 / facts as f64;
+        println!(
+            "| {run} | {secs:.3} | {rate:.0} | {:.2} | {bare:.3} | {bare_rate:.0} | {:.2} | {:.2} |",
+            per(verify_cpu),
+            per(bare_cpu),
+            rate / bare_rate
+        );
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` does not: then do a tiny run.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let facts = if quick {
+        2_000
+    } else {
+        env("IDEM_BENCH_FACTS", 100_000)
+    };
+    if let Ok(url) = std::env::var("IDEM_BENCH_PG_URL") {
+        let (store, _) = PgStore::open(&url, rules(), PgConfig::default())
+            .await
+            .unwrap();
+        let facts = store.stats().await.unwrap().last_seq;
+        measure(&store, &url, facts).await;
+        return;
+    }
+    let db = PgTestDb::create("pg_verify bench", "idem_bench_verify")
+        .await
+        .expect("the bench needs PostgreSQL (IDEM_PG_URL)");
+    {
+        // Filling is not what is measured: let its commits skip the wait for the disk.
+        let (c, conn) = tokio_postgres::connect(&db.url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        c.batch_execute(&format!(
+            "ALTER DATABASE {} SET synchronous_commit = off",
+            db.name
+        ))
+        .await
+        .unwrap();
+    }
+    let (store, _) = PgStore::open(&db.url, rules(), PgConfig::default().pool_size(32))
+        .await
+        .unwrap();
+    let store = Arc::new(store);
+    let t = Instant::now();
+    fill(&store, facts).await;
+    println!(
+        "filled {facts} facts through the store in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    // Settle the table (hint bits, visibility map) as a ledger that has been running has.
+    {
+        let (c, conn) = tokio_postgres::connect(&db.url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        c.batch_execute("VACUUM ANALYZE").await.unwrap();
+    }
+    measure(&store, &db.url, facts).await;
+    drop(store);
+    if std::env::var("IDEM_BENCH_PG_KEEP").is_ok() {
+        println!("kept {}", db.url);
+        std::mem::forget(db);
+        return;
+    }
+    db.drop_now().await;
+}
