@@ -2,7 +2,8 @@
 //! record. No I/O, no clock, no failure: every input has an answer.
 
 use crate::domain::{
-    Account, Amount, ClientId, Command, Currency, Fingerprint, Key, Rejection, Timestamp,
+    Account, Amount, ClientId, Command, Currency, Fingerprint, Key, Rejection, RejectionDetail,
+    Timestamp,
 };
 use crate::fact::{Fact, FactBody};
 
@@ -62,9 +63,10 @@ pub fn decide(
 ) -> Fact {
     let body = match decide_body(command, inputs) {
         Ok(body) => body,
-        Err(rejection) => FactBody::CommandRejected {
+        Err((rejection, detail)) => FactBody::CommandRejected {
             command: command.clone(),
             rejection,
+            detail,
         },
     };
     Fact {
@@ -76,7 +78,10 @@ pub fn decide(
     }
 }
 
-fn decide_body(command: &Command, inputs: &Inputs) -> Result<FactBody, Rejection> {
+/// A rejection and what it tells the client beyond its code.
+type Refusal = (Rejection, Option<RejectionDetail>);
+
+fn decide_body(command: &Command, inputs: &Inputs) -> Result<FactBody, Refusal> {
     match command {
         Command::Deposit {
             account,
@@ -86,7 +91,7 @@ fn decide_body(command: &Command, inputs: &Inputs) -> Result<FactBody, Rejection
             let balance = match inputs.account {
                 None => 0,
                 Some(view) if view.currency != *currency => {
-                    return Err(Rejection::CurrencyMismatch);
+                    return Err(mismatch(view.currency));
                 }
                 Some(view) => view.balance,
             };
@@ -103,14 +108,17 @@ fn decide_body(command: &Command, inputs: &Inputs) -> Result<FactBody, Rejection
             amount,
             currency,
         } => {
-            let view = inputs.account.ok_or(Rejection::AccountNotFound)?;
+            let view = inputs.account.ok_or((Rejection::AccountNotFound, None))?;
             if view.currency != *currency {
-                return Err(Rejection::CurrencyMismatch);
+                return Err(mismatch(view.currency));
             }
             let balance_after = view
                 .balance
                 .checked_sub(u128::from(amount.units()))
-                .ok_or(Rejection::InsufficientFunds)?;
+                .ok_or((
+                    Rejection::InsufficientFunds,
+                    Some(RejectionDetail::Balance(view.balance)),
+                ))?;
             Ok(FactBody::WithdrawalRecorded {
                 account: account.clone(),
                 amount: *amount,
@@ -122,10 +130,13 @@ fn decide_body(command: &Command, inputs: &Inputs) -> Result<FactBody, Rejection
             let w = inputs
                 .withdrawal
                 .as_ref()
-                .ok_or(Rejection::WithdrawalNotFound)?;
+                .ok_or((Rejection::WithdrawalNotFound, None))?;
             let room = w.amount.units().saturating_sub(w.refunded);
             if amount.units() > room {
-                return Err(Rejection::RefundExceedsWithdrawal);
+                return Err((
+                    Rejection::RefundExceedsWithdrawal,
+                    Some(RejectionDetail::Refundable(room)),
+                ));
             }
             // The account exists: the withdrawal was taken from it.
             let balance = inputs.account.map_or(0, |a| a.balance);
@@ -139,4 +150,11 @@ fn decide_body(command: &Command, inputs: &Inputs) -> Result<FactBody, Rejection
             })
         }
     }
+}
+
+fn mismatch(held: Currency) -> Refusal {
+    (
+        Rejection::CurrencyMismatch,
+        Some(RejectionDetail::AccountCurrency(held)),
+    )
 }

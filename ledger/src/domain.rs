@@ -401,6 +401,32 @@ impl Rejection {
     }
 }
 
+/// What a rejection tells beyond its code: the figure the client needs to act on it. It
+/// is decided with the rejection, from what the decision read, and kept in the fact, so
+/// every replay of the rejection repeats it byte for byte (a balance read again later
+/// would have moved).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RejectionDetail {
+    /// `insufficient_funds`: the account's balance when the withdrawal was decided.
+    Balance(u128),
+    /// `currency_mismatch`: the currency the account holds.
+    AccountCurrency(Currency),
+    /// `refund_exceeds_withdrawal`: how much of the withdrawal was still refundable.
+    Refundable(u64),
+}
+
+impl RejectionDetail {
+    /// The one rejection this detail belongs to: any other pairing is not a decision the
+    /// core makes, and a stored fact holding one is corrupt.
+    pub fn rejection(self) -> Rejection {
+        match self {
+            RejectionDetail::Balance(_) => Rejection::InsufficientFunds,
+            RejectionDetail::AccountCurrency(_) => Rejection::CurrencyMismatch,
+            RejectionDetail::Refundable(_) => Rejection::RefundExceedsWithdrawal,
+        }
+    }
+}
+
 /// Milliseconds since the Unix epoch. Time is passed into the core, never read by it.
 #[derive(Default, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Timestamp(pub i64);

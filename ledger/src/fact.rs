@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::domain::{
-    Account, Amount, ClientId, Command, Currency, Fingerprint, Key, Rejection, Timestamp,
+    Account, Amount, ClientId, Command, Currency, Fingerprint, Key, Rejection, RejectionDetail,
+    Timestamp,
 };
 
 /// One immutable entry of the log: what happened to one (client, key).
@@ -49,6 +50,9 @@ pub enum FactBody {
     CommandRejected {
         command: Command,
         rejection: Rejection,
+        /// What the client is told beyond the code; `None` for the rejections that have
+        /// nothing more to tell, and for those recorded before details were kept.
+        detail: Option<RejectionDetail>,
     },
 }
 
@@ -57,8 +61,12 @@ const TAG_DEPOSIT: u8 = 1;
 const TAG_WITHDRAWAL: u8 = 2;
 const TAG_REFUND: u8 = 3;
 const TAG_REJECTED: u8 = 4;
-/// The version every fact is written with today.
+/// The version of every kind of fact but a rejection with a detail.
 pub const FACT_VERSION: u8 = 1;
+/// The version of a rejection with a detail (`RejectedV2`). A rejection without one is
+/// still written as version 1, so the facts recorded before details existed encode as
+/// they always did and nothing on disk is rewritten.
+pub const FACT_VERSION_DETAILED: u8 = 2;
 
 impl FactBody {
     /// The stable name of the fact, as the API and the log show it.
@@ -68,6 +76,16 @@ impl FactBody {
             FactBody::WithdrawalRecorded { .. } => "WithdrawalRecorded",
             FactBody::RefundRecorded { .. } => "RefundRecorded",
             FactBody::CommandRejected { .. } => "CommandRejected",
+        }
+    }
+
+    /// The version of the persisted payload this fact is written with.
+    pub fn version(&self) -> u8 {
+        match self {
+            FactBody::CommandRejected {
+                detail: Some(_), ..
+            } => FACT_VERSION_DETAILED,
+            _ => FACT_VERSION,
         }
     }
 
@@ -172,6 +190,16 @@ struct RejectedV1 {
     rejection: Rejection,
 }
 
+#[derive(Serialize, Deserialize)]
+struct RejectedV2 {
+    at: i64,
+    client: ClientId,
+    key: Key,
+    command: Command,
+    rejection: Rejection,
+    detail: RejectionDetail,
+}
+
 /// The same payloads borrowed, for writing: serde writes a reference as the value it
 /// points to, so these encode byte for byte as the owned ones above, without copying
 /// names (every commit encodes its facts, and every verified fact is encoded again).
@@ -208,6 +236,16 @@ struct RejectedRef<'a> {
     rejection: Rejection,
 }
 
+#[derive(Serialize)]
+struct RejectedV2Ref<'a> {
+    at: i64,
+    client: &'a ClientId,
+    key: &'a Key,
+    command: &'a Command,
+    rejection: Rejection,
+    detail: RejectionDetail,
+}
+
 fn extended(mut out: Vec<u8>, head: [u8; 2]) -> Vec<u8> {
     out.extend_from_slice(&head);
     out
@@ -235,7 +273,7 @@ impl Fact {
     /// store, so it is not repeated in the value.
     pub fn encode(&self) -> Vec<u8> {
         let out = Vec::with_capacity(96);
-        let head = [self.body.tag(), FACT_VERSION];
+        let head = [self.body.tag(), self.body.version()];
         let at = self.at.millis();
         let (client, key) = (&self.client, &self.key);
         let written = match &self.body {
@@ -283,13 +321,32 @@ impl Fact {
                 },
                 extended(out, head),
             ),
-            FactBody::CommandRejected { command, rejection } => postcard::to_extend(
+            FactBody::CommandRejected {
+                command,
+                rejection,
+                detail: None,
+            } => postcard::to_extend(
                 &RejectedRef {
                     at,
                     client,
                     key,
                     command,
                     rejection: *rejection,
+                },
+                extended(out, head),
+            ),
+            FactBody::CommandRejected {
+                command,
+                rejection,
+                detail: Some(detail),
+            } => postcard::to_extend(
+                &RejectedV2Ref {
+                    at,
+                    client,
+                    key,
+                    command,
+                    rejection: *rejection,
+                    detail: *detail,
                 },
                 extended(out, head),
             ),
@@ -305,7 +362,11 @@ impl Fact {
         let (&version, payload) = rest
             .split_first()
             .ok_or_else(|| DecodeError::new("fact", "no version byte"))?;
-        if version != FACT_VERSION {
+        let known = match tag {
+            TAG_REJECTED => matches!(version, FACT_VERSION | FACT_VERSION_DETAILED),
+            _ => version == FACT_VERSION,
+        };
+        if !known {
             return Err(DecodeError::new(
                 "fact",
                 format!("unknown version {version} of tag {tag} at seq {seq}"),
@@ -360,7 +421,7 @@ impl Fact {
                     },
                 }
             }
-            TAG_REJECTED => {
+            TAG_REJECTED if version == FACT_VERSION => {
                 let r: RejectedV1 = postcard::from_bytes(payload).map_err(err)?;
                 Fact {
                     seq,
@@ -370,6 +431,29 @@ impl Fact {
                     body: FactBody::CommandRejected {
                         command: r.command,
                         rejection: r.rejection,
+                        detail: None,
+                    },
+                }
+            }
+            TAG_REJECTED => {
+                let r: RejectedV2 = postcard::from_bytes(payload).map_err(err)?;
+                // The core pairs each detail with one rejection; a record pairing them
+                // otherwise would answer a client with a figure about something else.
+                if r.detail.rejection() != r.rejection {
+                    return Err(DecodeError::new(
+                        "fact",
+                        format!("seq {seq}: a rejection's detail belongs to another rejection"),
+                    ));
+                }
+                Fact {
+                    seq,
+                    at: Timestamp(r.at),
+                    client: r.client,
+                    key: r.key,
+                    body: FactBody::CommandRejected {
+                        command: r.command,
+                        rejection: r.rejection,
+                        detail: Some(r.detail),
                     },
                 }
             }
@@ -426,6 +510,8 @@ pub struct RejectionReceipt {
     pub key: Key,
     pub command: Command,
     pub rejection: Rejection,
+    /// The figure the rejection was decided on, as its fact keeps it.
+    pub detail: Option<RejectionDetail>,
     pub seq: u64,
     pub created_at: Timestamp,
 }
@@ -473,10 +559,13 @@ impl Outcome {
                 refunded_total: Some(*refunded_total),
                 created_at: fact.at,
             }),
-            FactBody::CommandRejected { rejection, .. } => Outcome::Rejected(RejectionReceipt {
+            FactBody::CommandRejected {
+                rejection, detail, ..
+            } => Outcome::Rejected(RejectionReceipt {
                 key: fact.key.clone(),
                 command,
                 rejection: *rejection,
+                detail: *detail,
                 seq: fact.seq,
                 created_at: fact.at,
             }),
@@ -508,7 +597,7 @@ pub mod json {
     use serde_json::{Map, Value, json};
 
     use super::{Fact, FactBody, Outcome};
-    use crate::domain::Command;
+    use crate::domain::{Command, RejectionDetail};
 
     /// Balances are `u128`/`i128` inside; JSON numbers carry them while they fit in 64 bits,
     /// which every real balance does, and a decimal string beyond.
@@ -617,6 +706,9 @@ pub mod json {
                 add("title", Field::Str(r.rejection.title()));
                 add("status", Field::Unsigned(422));
                 add("code", Field::Str(r.rejection.code()));
+                if let Some(detail) = r.detail {
+                    rejection_detail(&r.command, detail, add);
+                }
             }
         }
     }
@@ -696,6 +788,58 @@ pub mod json {
         out.push('"');
     }
 
+    /// A rejection's detail as a member a program reads and an RFC 9457 `detail` a person
+    /// reads. Amounts stay in minor units, as everywhere in the API; the text is built
+    /// from the fact alone, so it is the same on every replay.
+    pub fn rejection_detail<'a>(
+        command: &'a Command,
+        detail: RejectionDetail,
+        add: &mut impl FnMut(&'static str, Field<'a>),
+    ) {
+        let asked = command.amount().units();
+        let text = match (detail, command) {
+            (
+                RejectionDetail::Balance(balance),
+                Command::Withdraw {
+                    account, currency, ..
+                },
+            ) => {
+                add("balance", Field::Wide(balance));
+                format!(
+                    "{account}'s balance is {balance}, lower than the {asked} asked \
+                     (minor units of {currency}); nothing changed"
+                )
+            }
+            (
+                RejectionDetail::AccountCurrency(held),
+                Command::Deposit {
+                    account, currency, ..
+                },
+            )
+            | (
+                RejectionDetail::AccountCurrency(held),
+                Command::Withdraw {
+                    account, currency, ..
+                },
+            ) => {
+                add("account_currency", Field::Text(held.as_str().to_owned()));
+                format!("{account} holds {held}, not {currency}; nothing changed")
+            }
+            (RejectionDetail::Refundable(room), Command::Refund { withdrawal, .. }) => {
+                add("refundable", Field::Unsigned(room));
+                format!(
+                    "{room} of withdrawal {withdrawal} is left to refund and {asked} was asked \
+                     (minor units); nothing changed"
+                )
+            }
+            // Decoding refuses a detail paired with another rejection, and each rejection
+            // with a detail has one kind of command; anything else would be a fact the core
+            // never decided, and gets no sentence rather than a wrong one.
+            _ => return,
+        };
+        add("detail", Field::Text(text));
+    }
+
     /// A fact as the log API and the dashboard show it.
     pub fn fact(fact: &Fact) -> Value {
         let mut map = Map::new();
@@ -704,7 +848,7 @@ pub mod json {
         map.insert("client".into(), json!(fact.client.as_str()));
         map.insert("key".into(), json!(fact.key.as_str()));
         map.insert("type".into(), json!(fact.body.persisted_name()));
-        map.insert("version".into(), json!(super::FACT_VERSION));
+        map.insert("version".into(), json!(fact.body.version()));
         command_fields(&fact.body.command(), &mut map);
         match &fact.body {
             FactBody::DepositRecorded { balance_after, .. }
@@ -723,8 +867,19 @@ pub mod json {
                 map.insert("balance_after".into(), wide_unsigned(*balance_after));
                 map.insert("refunded_total".into(), json!(refunded_total));
             }
-            FactBody::CommandRejected { rejection, .. } => {
+            FactBody::CommandRejected {
+                rejection, detail, ..
+            } => {
                 map.insert("rejection".into(), json!(rejection.code()));
+                if let Some(detail) = detail {
+                    let command = fact.body.command();
+                    rejection_detail(&command, *detail, &mut |name, field| {
+                        // The log shows the figure; the sentence is the answer's.
+                        if name != "detail" {
+                            map.insert(name.into(), field.value());
+                        }
+                    });
+                }
             }
         }
         Value::Object(map)
@@ -782,6 +937,7 @@ mod tests {
                     amount,
                 },
                 rejection: Rejection::WithdrawalNotFound,
+                detail: None,
             },
         ];
         for body in bodies {
@@ -798,6 +954,97 @@ mod tests {
             expect.extend_from_slice(field);
         }
         assert_eq!(c.canonical_bytes(), expect);
+    }
+
+    fn rejected_withdrawal(rejection: Rejection, detail: Option<RejectionDetail>) -> Fact {
+        Fact {
+            seq: 9,
+            at: Timestamp(1_800_000_000_000),
+            client: ClientId::default_client(),
+            key: Key::parse("w-9").unwrap(),
+            body: FactBody::CommandRejected {
+                command: Command::Withdraw {
+                    account: Account::parse("alice").unwrap(),
+                    amount: Amount::new(700).unwrap(),
+                    currency: Currency::parse("RUB").unwrap(),
+                },
+                rejection,
+                detail,
+            },
+        }
+    }
+
+    /// A rejection without a detail (every one recorded before details were kept) is
+    /// written as version 1, byte for byte as it always was: the bytes below are what the
+    /// encoder wrote before details existed, so the facts on disk decode and encode again
+    /// unchanged, and their replays keep their bodies.
+    #[test]
+    fn a_rejection_without_a_detail_keeps_its_version_1_bytes() {
+        let fact = rejected_withdrawal(Rejection::AccountNotFound, None);
+        let bytes = fact.encode();
+        let before: &[u8] = &[
+            4, 1, 128, 192, 226, 133, 227, 104, 7, 100, 101, 102, 97, 117, 108, 116, 3, 119, 45,
+            57, 1, 5, 97, 108, 105, 99, 101, 188, 5, 3, 82, 85, 66, 0,
+        ];
+        assert_eq!(bytes, before);
+        assert_eq!(Fact::decode(9, &bytes).unwrap(), fact);
+        assert_eq!(json::fact(&fact)["version"], 1);
+    }
+
+    /// A rejection with a detail is version 2 and reads back with it; the answer carries
+    /// the figure and a sentence, and the log's row the figure.
+    #[test]
+    fn a_rejection_with_a_detail_is_version_2_and_reads_back_whole() {
+        let fact = rejected_withdrawal(
+            Rejection::InsufficientFunds,
+            Some(RejectionDetail::Balance(500)),
+        );
+        let bytes = fact.encode();
+        assert_eq!(bytes[..2], [4, 2]);
+        assert_eq!(Fact::decode(9, &bytes).unwrap(), fact);
+        let answer = json::outcome(&Outcome::from_fact(&fact));
+        assert_eq!(answer["balance"], 500);
+        assert_eq!(answer["amount"], 700);
+        assert_eq!(
+            answer["detail"],
+            "alice's balance is 500, lower than the 700 asked (minor units of RUB); \
+             nothing changed"
+        );
+        let row = json::fact(&fact);
+        assert_eq!(
+            (row["version"].clone(), row["balance"].clone()),
+            (2.into(), 500.into())
+        );
+        assert!(row.get("detail").is_none());
+
+        let mismatch = rejected_withdrawal(
+            Rejection::CurrencyMismatch,
+            Some(RejectionDetail::AccountCurrency(
+                Currency::parse("USD").unwrap(),
+            )),
+        );
+        let answer = json::outcome(&Outcome::from_fact(&mismatch));
+        assert_eq!(answer["account_currency"], "USD");
+        assert_eq!(
+            answer["detail"],
+            "alice holds USD, not RUB; nothing changed"
+        );
+    }
+
+    /// Each detail belongs to one rejection: a record that pairs it with another is not a
+    /// fact the core decided, and is refused as corrupt rather than answered.
+    #[test]
+    fn a_detail_paired_with_another_rejection_is_refused() {
+        let fact = rejected_withdrawal(
+            Rejection::CurrencyMismatch,
+            Some(RejectionDetail::Balance(500)),
+        );
+        let err = Fact::decode(9, &fact.encode()).unwrap_err().to_string();
+        assert!(err.contains("another rejection"), "{err}");
+        // And version 2 exists for rejections only.
+        let mut bytes = deposit().encode();
+        bytes[1] = 2;
+        assert!(Fact::decode(7, &bytes).is_err());
     }
 
     /// Found by fuzzing `fact_decode`: postcard accepted bytes after the payload and
@@ -858,6 +1105,39 @@ mod tests {
                         amount: Amount::new(9).unwrap(),
                     },
                     rejection,
+                    detail: None,
+                },
+                ..deposit()
+            });
+        }
+        // Rejections that tell their figure: its member and the `detail` sentence.
+        let withdraw = Command::Withdraw {
+            account: Account::parse("a.b:c").unwrap(),
+            amount: Amount::new(9).unwrap(),
+            currency: rub,
+        };
+        for (command, detail) in [
+            (
+                withdraw.clone(),
+                RejectionDetail::Balance(u128::from(u64::MAX) + 1),
+            ),
+            (
+                withdraw,
+                RejectionDetail::AccountCurrency(Currency::parse("USD").unwrap()),
+            ),
+            (
+                Command::Refund {
+                    withdrawal: odd.clone(),
+                    amount: Amount::new(9).unwrap(),
+                },
+                RejectionDetail::Refundable(4),
+            ),
+        ] {
+            facts.push(Fact {
+                body: FactBody::CommandRejected {
+                    command,
+                    rejection: detail.rejection(),
+                    detail: Some(detail),
                 },
                 ..deposit()
             });

@@ -18,7 +18,7 @@ pub mod testing;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use domain::{
     Account, Amount, ClientId, Command, Currency, Fingerprint, InvalidInput, Key, MessageId,
-    Rejection, Timestamp,
+    Rejection, RejectionDetail, Timestamp,
 };
 pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
 pub use memory::{Limit, MemoryUse};

@@ -88,12 +88,14 @@ fn show_outcome(o: &Outcome) -> String {
             write!(s, " at={:?}", r.created_at).unwrap();
             s
         }
-        Outcome::Rejected(r) => format!(
-            "rejected {} seq={} at={:?}",
-            r.rejection.code(),
-            r.seq,
-            r.created_at
-        ),
+        Outcome::Rejected(r) => {
+            let mut s = format!("rejected {}", r.rejection.code());
+            if let Some(detail) = r.detail {
+                write!(s, " {detail:?}").unwrap();
+            }
+            write!(s, " seq={} at={:?}", r.seq, r.created_at).unwrap();
+            s
+        }
     }
 }
 

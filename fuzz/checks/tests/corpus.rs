@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use idem_fuzz_checks::{FACT_SEQ, TARGETS, message_line};
 use inbox_worker::wire::body_of;
 use ledger::{
-    Account, Amount, ClientId, Command, Currency, Fact, FactBody, Key, Rejection, Timestamp,
+    Account, Amount, ClientId, Command, Currency, Fact, FactBody, Key, Rejection, RejectionDetail,
+    Timestamp,
 };
 
 fn fuzz_dir() -> PathBuf {
@@ -409,7 +410,11 @@ fn fact_decode() -> Seeds {
     ];
     for (i, (name, command)) in commands().into_iter().enumerate() {
         let rejection = Rejection::ALL[i % Rejection::ALL.len()];
-        let body = FactBody::CommandRejected { command, rejection };
+        let body = FactBody::CommandRejected {
+            command,
+            rejection,
+            detail: None,
+        };
         let name: &'static str = match name {
             "deposit" => "rejected-deposit",
             "withdraw" => "rejected-withdraw",
@@ -433,9 +438,33 @@ fn fact_decode() -> Seeds {
                 currency: rub(),
             },
             rejection: Rejection::InsufficientFunds,
+            detail: None,
         },
     );
     seed(&mut s, "rejected-system-account", stored_system.encode());
+    // Rejections with the figure they were decided on (version 2 of the payload).
+    let commands = commands();
+    let detailed = [
+        (
+            "rejected-insufficient-funds",
+            1,
+            RejectionDetail::Balance(u128::MAX),
+        ),
+        (
+            "rejected-currency-mismatch",
+            0,
+            RejectionDetail::AccountCurrency(Currency::parse("EUR").unwrap()),
+        ),
+        ("rejected-refund-exceeds", 2, RejectionDetail::Refundable(0)),
+    ];
+    for (name, i, detail) in detailed {
+        let body = FactBody::CommandRejected {
+            command: commands[i].1.clone(),
+            rejection: detail.rejection(),
+            detail: Some(detail),
+        };
+        seed(&mut s, name, fact(1, "default", "rej", body).encode());
+    }
 
     let deposit = facts[0].1.encode();
     seed(&mut s, "empty", []);

@@ -373,6 +373,7 @@ impl Model {
             let FactBody::CommandRejected {
                 command: Command::Refund { withdrawal, .. },
                 rejection: Rejection::WithdrawalNotFound,
+                ..
             } = &fact.body
             else {
                 continue;
@@ -494,8 +495,8 @@ fn fact_gives(fact: &Fact, outcome: &Outcome) -> bool {
             r.seq == fact.seq
                 && r.created_at == fact.at
                 && r.key == fact.key
-                && matches!(&fact.body, FactBody::CommandRejected { command, rejection }
-                    if *command == r.command && *rejection == r.rejection)
+                && matches!(&fact.body, FactBody::CommandRejected { command, rejection, detail }
+                    if *command == r.command && *rejection == r.rejection && *detail == r.detail)
         }
     }
 }
