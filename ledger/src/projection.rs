@@ -51,6 +51,50 @@ pub fn legs(fact: &Fact) -> impl Iterator<Item = (&Account, Currency, i128)> {
     .flatten()
 }
 
+/// A movement as its user account's statement shows it: which account, in its currency,
+/// by how much (signed minor units) and the balance after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatementLine<'a> {
+    pub account: &'a Account,
+    pub currency: Currency,
+    pub change: i128,
+    pub balance_after: u128,
+}
+
+/// The line a fact adds to its user account's statement; `None` for a rejection, which
+/// moves nothing. The system accounts take the other leg of every movement and keep no
+/// statement: their history is the log itself.
+pub fn statement_line(fact: &Fact) -> Option<StatementLine<'_>> {
+    let (account, currency, amount, sign, balance_after) = match &fact.body {
+        FactBody::DepositRecorded {
+            account,
+            amount,
+            currency,
+            balance_after,
+        } => (account, currency, amount, 1, balance_after),
+        FactBody::WithdrawalRecorded {
+            account,
+            amount,
+            currency,
+            balance_after,
+        } => (account, currency, amount, -1, balance_after),
+        FactBody::RefundRecorded {
+            account,
+            amount,
+            currency,
+            balance_after,
+            ..
+        } => (account, currency, amount, 1, balance_after),
+        FactBody::CommandRejected { .. } => return None,
+    };
+    Some(StatementLine {
+        account,
+        currency: *currency,
+        change: sign * i128::from(amount.units()),
+        balance_after: *balance_after,
+    })
+}
+
 impl Balances {
     pub fn apply(&mut self, fact: &Fact) {
         for (account, currency, delta) in legs(fact) {

@@ -171,6 +171,8 @@ conformance!(
     a_refund_of_a_withdrawal_in_flight_is_in_progress_until_it_is_decided,
     a_twin_during_the_first_attempt_gets_the_replay_after_a_short_wait,
     a_reused_message_id_is_quarantined_while_its_key_is_claimed,
+    rejections_tell_their_figure_and_replay_it_byte_for_byte,
+    a_statement_lists_one_account_s_movements_in_order_with_balances,
 );
 
 // ---- helpers --------------------------------------------------------------------------
@@ -1659,6 +1661,63 @@ mod postgres_only {
             other => panic!("expected Unavailable, got {:?}", other.map(|_| ())),
         }
     }
+
+    /// A statement reads its account's range of the index v7.sql makes (the planner may
+    /// pick it: the query's expression and predicate are the index's), and a fact filed
+    /// under another account than it moves is named by verify and never shown.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_statement_reads_its_index_and_verify_checks_what_it_is_filed_under() {
+        let Some((env, store, other)) = with_alice(
+            "postgres_only::a_statement_reads_its_index_and_verify_checks_what_it_is_filed_under",
+        )
+        .await
+        else {
+            return;
+        };
+        executed(submit(&store, "d-bob", deposit("bob", 5, rub())).await);
+        other
+            .batch_execute("SET search_path = idem; SET enable_seqscan = off")
+            .await
+            .unwrap();
+        let plan: Vec<String> = other
+            .query(
+                "EXPLAIN SELECT seq, body FROM facts \
+                 WHERE (doc ->> 'account') = 'alice' AND kind <> 'CommandRejected' \
+                 AND seq > 0 ORDER BY seq LIMIT 100",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert!(
+            plan.iter().any(|l| l.contains("facts_by_account")),
+            "{plan:#?}"
+        );
+        // bob's deposit, filed as alice's.
+        other
+            .batch_execute(
+                "UPDATE facts SET doc = jsonb_set(doc, '{account}', '\"alice\"') \
+                 WHERE key = 'd-bob'",
+            )
+            .await
+            .unwrap();
+        let err = store.statement(&acct("alice"), 0, 100).await.unwrap_err();
+        assert!(err.to_string().contains("is not its movement"), "{err}");
+        let report = store.verify().await.unwrap();
+        let text = report.to_string();
+        assert_eq!(report.violations.len(), 1, "{text}");
+        assert!(
+            text.contains(
+                "[each account's statement holds exactly its movements] seq 2 is in the \
+                 statement of Some(\"alice\") but moves Some(\"bob\")"
+            ),
+            "{text}"
+        );
+        close(store).await;
+        env.finish().await;
+    }
 }
 
 /// Whether a call of `function` comes to wait on a lock within 5 s, as seen from a
@@ -1683,4 +1742,160 @@ async fn waits_on_a_lock(url: &str, function: &str) -> bool {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     false
+}
+
+/// `insufficient_funds` tells the balance it was decided on, `currency_mismatch` the
+/// account's currency, `refund_exceeds_withdrawal` what was left to refund. The figure is
+/// the fact's: replays, after the balance moved and after a reopen, are the first answer's
+/// bytes.
+async fn rejections_tell_their_figure_and_replay_it_byte_for_byte(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
+    executed(submit(&store, "w-ok", withdraw("alice", 100, rub())).await);
+    executed(submit(&store, "r-ok", refund("w-ok", 30)).await);
+    let cases = [
+        (
+            "w-big",
+            withdraw("alice", 700, rub()),
+            RejectionDetail::Balance(430),
+            ("balance", serde_json::json!(430)),
+        ),
+        (
+            "d-usd",
+            deposit("alice", 5, usd()),
+            RejectionDetail::AccountCurrency(rub()),
+            ("account_currency", serde_json::json!("RUB")),
+        ),
+        (
+            "w-usd",
+            withdraw("alice", 5, usd()),
+            RejectionDetail::AccountCurrency(rub()),
+            ("account_currency", serde_json::json!("RUB")),
+        ),
+        (
+            "r-over",
+            refund("w-ok", 71),
+            RejectionDetail::Refundable(70),
+            ("refundable", serde_json::json!(70)),
+        ),
+    ];
+    let mut first = Vec::new();
+    for (k, command, detail, (member, value)) in &cases {
+        let o = executed(submit(&store, k, command.clone()).await);
+        let Outcome::Rejected(r) = &o else {
+            panic!("{k}: expected a rejection, got {o:?}")
+        };
+        assert_eq!((r.rejection, r.detail), (detail.rejection(), Some(*detail)));
+        let told = fact::json::outcome(&o);
+        assert_eq!(told[member], *value, "{told}");
+        assert!(
+            told["detail"]
+                .as_str()
+                .unwrap()
+                .ends_with("nothing changed"),
+            "{told}"
+        );
+        first.push(body(&o));
+    }
+    // The balance moves; the told balance does not.
+    executed(submit(&store, "d-2", deposit("alice", 10_000, rub())).await);
+    for ((k, command, ..), bytes) in cases.iter().zip(&first) {
+        let again = replayed(submit(&store, k, command.clone()).await);
+        assert_eq!(body(&again), *bytes, "{k}");
+    }
+    close(store).await;
+    let store = env.open().await;
+    for ((k, command, ..), bytes) in cases.iter().zip(&first) {
+        let again = replayed(submit(&store, k, command.clone()).await);
+        assert_eq!(body(&again), *bytes, "{k} after a reopen");
+        let info = store.key(&client(), &key(k)).await.unwrap().unwrap();
+        assert_eq!(
+            body(info.outcome.as_ref().unwrap()),
+            *bytes,
+            "{k}: the key's outcome"
+        );
+    }
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+/// A statement: one user account's movements (deposits, withdrawals, refunds to it) in
+/// seq order, each with the balance after it, paged by the last seq; other accounts'
+/// movements and rejections are not in it, and it survives a reopen.
+async fn a_statement_lists_one_account_s_movements_in_order_with_balances(env: &Env) {
+    let store = env.open().await;
+    let alice = acct("alice");
+    assert!(store.statement(&alice, 0, 10).await.unwrap().is_empty());
+    let mut want = Vec::new();
+    let mut note = |o: Outcome| {
+        let r = applied(&o);
+        want.push((r.seq, r.balance));
+    };
+    note(executed(
+        submit(&store, "d-1", deposit("alice", 1_000, rub())).await,
+    ));
+    executed(submit(&store, "d-bob", deposit("bob", 50, rub())).await);
+    note(executed(
+        submit(&store, "w-1", withdraw("alice", 300, rub())).await,
+    ));
+    executed(submit(&store, "w-no", withdraw("alice", 5_000, rub())).await);
+    executed(submit(&store, "w-bob", withdraw("bob", 20, rub())).await);
+    note(executed(submit(&store, "r-1", refund("w-1", 100)).await));
+    for i in 0..4 {
+        note(executed(
+            submit(&store, &format!("d-{i}x"), deposit("alice", 5, rub())).await,
+        ));
+    }
+    let read_all = |store: Arc<dyn Store>, limit: usize| {
+        let alice = alice.clone();
+        async move {
+            let mut got = Vec::new();
+            let mut after = 0;
+            loop {
+                let page = store.statement(&alice, after, limit).await.unwrap();
+                assert!(page.len() <= limit);
+                let Some(last) = page.last() else { break };
+                after = last.seq;
+                for f in page {
+                    let line = projection::statement_line(&f).unwrap();
+                    assert_eq!(line.account, &alice);
+                    got.push((f.seq, line.balance_after, line.change));
+                }
+            }
+            got
+        }
+    };
+    let got = read_all(store.clone(), 3).await;
+    let seqs: Vec<_> = got.iter().map(|(s, b, _)| (*s, *b)).collect();
+    assert_eq!(seqs, want);
+    let changes: Vec<_> = got.iter().map(|g| g.2).collect();
+    assert_eq!(changes, [1_000, -300, 100, 5, 5, 5, 5]);
+    assert_eq!(
+        got.last().map(|g| i128::try_from(g.1).unwrap()),
+        balance(&store, "alice", rub()).await
+    );
+    // A page starting inside the statement, and one past its end.
+    let tail = store.statement(&alice, want[4].0, 100).await.unwrap();
+    assert_eq!(tail.len(), 2);
+    assert!(
+        store
+            .statement(&alice, want[6].0, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let bob = store.statement(&acct("bob"), 0, 100).await.unwrap();
+    assert_eq!(bob.len(), 2);
+    assert!(
+        store
+            .statement(&acct("ghost"), 0, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_verified(&store).await;
+    close(store).await;
+    let store = env.open().await;
+    assert_eq!(read_all(store.clone(), 100).await, got);
+    close(store).await;
 }

@@ -46,18 +46,31 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// A rejection as the model tells it: the code, and the figure the client is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refused {
+    code: &'static str,
+    detail: Option<String>,
+}
+
+fn refused(code: &'static str, detail: Option<String>) -> Refused {
+    Refused { code, detail }
+}
+
+type Told = Result<u128, Refused>;
+
 /// What the model says a submission answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Answer {
-    Executed(Result<u128, &'static str>, u64),
-    Replayed(Result<u128, &'static str>, u64),
+    Executed(Told, u64),
+    Replayed(Told, u64),
     Reused,
 }
 
 #[derive(Debug, Clone)]
 struct KeyState {
     command: Command,
-    result: Result<u128, &'static str>,
+    result: Told,
     seq: u64,
     at: i64,
     expired: bool,
@@ -73,6 +86,8 @@ struct Model {
     system: BTreeMap<(String, String), i128>,
     /// (client, withdrawal key) -> (account, currency, amount, refunded)
     withdrawals: HashMap<(String, String), (String, String, u64, u64)>,
+    /// user account -> (seq, balance after) of each movement: its statement
+    statements: BTreeMap<String, Vec<(u64, u128)>>,
     seq: u64,
     last_at: i64,
 }
@@ -82,7 +97,7 @@ impl Model {
         let ck = (client.to_owned(), key.to_owned());
         if let Some(k) = self.keys.get(&ck) {
             return if k.command == *command {
-                Answer::Replayed(k.result, k.seq)
+                Answer::Replayed(k.result.clone(), k.seq)
             } else {
                 Answer::Reused
             };
@@ -90,11 +105,17 @@ impl Model {
         self.seq += 1;
         self.last_at = self.last_at.max(now);
         let result = self.decide(client, key, command);
+        if let (Ok(after), Some(account)) = (&result, moved_account(command, &self.keys, client)) {
+            self.statements
+                .entry(account)
+                .or_default()
+                .push((self.seq, *after));
+        }
         self.keys.insert(
             ck,
             KeyState {
                 command: command.clone(),
-                result,
+                result: result.clone(),
                 seq: self.seq,
                 at: self.last_at,
                 expired: false,
@@ -110,7 +131,7 @@ impl Model {
             .or_insert(0) += delta;
     }
 
-    fn decide(&mut self, client: &str, key: &str, command: &Command) -> Result<u128, &'static str> {
+    fn decide(&mut self, client: &str, key: &str, command: &Command) -> Told {
         match command {
             Command::Deposit {
                 account,
@@ -124,7 +145,7 @@ impl Model {
                 );
                 let entry = self.users.entry(a).or_insert((cur.clone(), 0));
                 if entry.0 != cur {
-                    return Err("currency_mismatch");
+                    return Err(refused("currency_mismatch", Some(entry.0.clone())));
                 }
                 entry.1 += n;
                 let after = entry.1;
@@ -142,13 +163,13 @@ impl Model {
                     i128::from(amount.units()),
                 );
                 let Some(entry) = self.users.get_mut(&a) else {
-                    return Err("account_not_found");
+                    return Err(refused("account_not_found", None));
                 };
                 if entry.0 != cur {
-                    return Err("currency_mismatch");
+                    return Err(refused("currency_mismatch", Some(entry.0.clone())));
                 }
                 if entry.1 < n {
-                    return Err("insufficient_funds");
+                    return Err(refused("insufficient_funds", Some(entry.1.to_string())));
                 }
                 entry.1 -= n;
                 let after = entry.1;
@@ -162,10 +183,11 @@ impl Model {
             Command::Refund { withdrawal, amount } => {
                 let wk = (client.to_owned(), withdrawal.to_string());
                 let Some((a, cur, withdrawn, refunded)) = self.withdrawals.get_mut(&wk) else {
-                    return Err("withdrawal_not_found");
+                    return Err(refused("withdrawal_not_found", None));
                 };
                 if *refunded + amount.units() > *withdrawn {
-                    return Err("refund_exceeds_withdrawal");
+                    let room = (*withdrawn - *refunded).to_string();
+                    return Err(refused("refund_exceeds_withdrawal", Some(room)));
                 }
                 *refunded += amount.units();
                 let (a, cur) = (a.clone(), cur.clone());
@@ -211,10 +233,39 @@ fn command_of(kind: u8, account: u8, amount: u64, currency: u8, withdrawal: u8) 
     }
 }
 
+/// The user account a command moves, once applied: a refund's is its withdrawal's.
+fn moved_account(
+    command: &Command,
+    keys: &HashMap<(String, String), KeyState>,
+    client: &str,
+) -> Option<String> {
+    match command {
+        Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
+            Some(account.to_string())
+        }
+        Command::Refund { withdrawal, .. } => {
+            match &keys
+                .get(&(client.to_owned(), withdrawal.to_string()))?
+                .command
+            {
+                Command::Withdraw { account, .. } => Some(account.to_string()),
+                _ => None,
+            }
+        }
+    }
+}
+
 fn observed(s: &Submission) -> Answer {
     let result = |o: &Outcome| match o {
         Outcome::Applied(r) => (Ok(r.balance), r.seq),
-        Outcome::Rejected(r) => (Err(r.rejection.code()), r.seq),
+        Outcome::Rejected(r) => {
+            let detail = r.detail.map(|d| match d {
+                RejectionDetail::Balance(b) => b.to_string(),
+                RejectionDetail::AccountCurrency(c) => c.to_string(),
+                RejectionDetail::Refundable(n) => n.to_string(),
+            });
+            (Err(refused(r.rejection.code(), detail)), r.seq)
+        }
     };
     match s {
         Submission::Executed(o) => {
@@ -315,6 +366,23 @@ fn run(steps: Vec<Step>) -> Result<(), TestCaseError> {
                 Currency::parse(cur).unwrap(),
             );
             prop_assert_eq!(got, Some(*balance), "{} {}", account, cur);
+        }
+        // Each account's statement, read two lines a page, is the model's.
+        for (account, want) in &model.statements {
+            let account = Account::parse(account).unwrap();
+            let mut got = Vec::new();
+            let mut after = 0;
+            loop {
+                let page = ledger.blocking().statement(&account, after, 2).unwrap();
+                let Some(last) = page.last() else { break };
+                after = last.seq;
+                for fact in &page {
+                    let line = ledger::projection::statement_line(fact).unwrap();
+                    prop_assert_eq!(line.account, &account);
+                    got.push((fact.seq, line.balance_after));
+                }
+            }
+            prop_assert_eq!(&got, want, "{}", account);
         }
         let stats = ledger.blocking().stats();
         prop_assert_eq!(stats.last_seq, model.seq);

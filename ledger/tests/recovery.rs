@@ -181,6 +181,121 @@ fn verify_reports_a_key_with_two_facts() {
     }
 }
 
+fn statement_key(account: &str, seq: u64) -> Vec<u8> {
+    let mut k = vec![b'h'];
+    k.extend_from_slice(account.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn statement_seqs(l: &SledStore, account: &str) -> Vec<u64> {
+    let account = Account::parse(account).unwrap();
+    let facts = l.blocking().statement(&account, 0, 1000).unwrap();
+    facts.iter().map(|f| f.seq).collect()
+}
+
+/// A ledger made before statements existed has neither the entries nor the mark that
+/// they are complete: its first open writes them from the log, and the statement then
+/// lists every movement (not the rejection) in order, and verify agrees.
+#[test]
+fn a_ledger_made_before_statements_gets_them_at_its_first_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    fill(&path, 4);
+    {
+        let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
+        submit(&l, "too-much", false, 5_000_000);
+        l.blocking().shutdown();
+    }
+    // What such a ledger looks like: none of the statement records.
+    tamper(&path, |t| {
+        let mut removed = 0;
+        for item in t.scan_prefix([b'h']) {
+            t.remove(item.unwrap().0).unwrap();
+            removed += 1;
+        }
+        assert_eq!(removed, 5);
+        assert!(t.remove(b"v.statements").unwrap().is_some());
+    });
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
+    assert_eq!(statement_seqs(&l, "alice"), vec![1, 2, 3, 4, 5]);
+    let report = l.blocking().verify().unwrap();
+    assert!(report.ok(), "{report}");
+    l.blocking().shutdown();
+    drop(l);
+    // Written once: the mark is there, and a second open finds the same.
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
+    assert_eq!(statement_seqs(&l, "alice"), vec![1, 2, 3, 4, 5]);
+}
+
+/// A statement entry lost, one added, one filed under another account: verify names the
+/// guarantee each time, and a statement never lists a fact that is not the account's.
+#[test]
+fn verify_reports_a_tampered_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    fill(&path, 4);
+    let cases: [(&str, fn(&sled::Tree)); 3] = [
+        (
+            "up to seq 5: 4 statement entries, the log has 5 movements",
+            |t| {
+                t.remove(statement_key("alice", 3)).unwrap();
+            },
+        ),
+        (
+            "up to seq 5: 6 statement entries, the log has 5 movements",
+            |t| {
+                t.insert(statement_key("alice", 0), &[][..]).unwrap();
+            },
+        ),
+        ("names another account or seq than its movement", |t| {
+            t.remove(statement_key("alice", 3)).unwrap();
+            t.insert(statement_key("bob", 3), &[][..]).unwrap();
+        }),
+    ];
+    for (expect, damage) in cases {
+        let copy = tempfile::tempdir().unwrap();
+        let at = copy.path().join("l");
+        copy_dir(&path, &at);
+        tamper(&at, damage);
+        let (l, _) = SledStore::open(SledConfig::new(&at)).unwrap();
+        let report = l.blocking().verify().unwrap();
+        let text = report.to_string();
+        assert_eq!(report.violations.len(), 1, "{text}");
+        assert!(
+            text.contains("[each account's statement holds exactly its movements]"),
+            "{text}"
+        );
+        assert!(text.contains(expect), "missing {expect:?} in {text}");
+    }
+    // An entry that points at a fact of another account is refused when read, never shown.
+    tamper(&path, |t| {
+        t.insert(statement_key("bob", 2), &[][..]).unwrap();
+    });
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
+    let bob = Account::parse("bob").unwrap();
+    let err = l.blocking().statement(&bob, 0, 10).unwrap_err();
+    assert!(matches!(err, LedgerError::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string().contains("not a movement of the account"),
+        "{err}"
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 #[test]
 fn verify_reports_a_tampered_middle_precisely() {
     let dir = tempfile::tempdir().unwrap();

@@ -450,6 +450,14 @@ impl Store for Faulty {
     async fn fact(&self, seq: u64) -> Result<Option<Fact>, LedgerError> {
         self.inner.fact(seq).await
     }
+    async fn statement(
+        &self,
+        account: &Account,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Fact>, LedgerError> {
+        self.inner.statement(account, after, limit).await
+    }
     async fn balances(&self) -> Result<ledger::Balances, LedgerError> {
         self.inner.balances().await
     }

@@ -97,6 +97,13 @@ pub trait Store: Send + Sync + 'static {
     /// Facts with `seq > after`, in seq order, at most `limit`, durable ones only.
     async fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>>;
     async fn fact(&self, seq: u64) -> Result<Option<Fact>>;
+    /// A user account's statement: its movements (deposits, withdrawals, refunds to it)
+    /// with `seq > after`, in seq order, at most `limit`, durable ones only. Read from the
+    /// account's own index, never by scanning the log; rejections are not movements and
+    /// are not in it. Paging by the last seq read misses nothing on either store: on
+    /// PostgreSQL, where seqs are not gapless, a movement takes its seq while it holds its
+    /// account's row lock, so no movement of the account can commit later with a lower seq.
+    async fn statement(&self, account: &Account, after: u64, limit: usize) -> Result<Vec<Fact>>;
     async fn balances(&self) -> Result<Balances>;
     async fn account(&self, account: &Account) -> Result<Option<BTreeMap<Currency, i128>>>;
     async fn stats(&self) -> Result<Stats>;

@@ -62,6 +62,7 @@ pub(crate) const NO_OVERDRAFT: &str = "no user balance is negative";
 pub(crate) const REFUNDS: &str = "refunds stay within their withdrawals";
 pub(crate) const GAPLESS: &str = "the log is gapless";
 pub(crate) const COUNTERS: &str = "counters equal the fold of the log";
+pub(crate) const STATEMENTS: &str = "each account's statement holds exactly its movements";
 
 /// At most this many violations of one kind are listed; the rest are counted.
 const LIST_MAX: usize = 20;

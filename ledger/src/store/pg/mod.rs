@@ -110,6 +110,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "each stored response carries its digest",
         include_str!("migrations/v6.sql"),
     ),
+    ("account statements", include_str!("migrations/v7.sql")),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
@@ -961,6 +962,41 @@ impl Store for PgStore {
         let mut out = Vec::with_capacity(rows.len());
         for row in &rows {
             out.push(self.decode(get(row, 0)?, get(row, 1)?)?);
+        }
+        if let Some(last) = out.last() {
+            self.inner.durable_seq.fetch_max(last.seq, Ordering::SeqCst);
+        }
+        Ok(out)
+    }
+
+    async fn statement(&self, account: &Account, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        // The expression and the predicate are the index's (v7.sql), so the planner reads
+        // the account's range of `facts_by_account` and nothing else.
+        let stmt = conn
+            .prepare_cached(
+                "SELECT seq, body FROM facts \
+                 WHERE (doc ->> 'account') = $1 AND kind <> 'CommandRejected' AND seq > $2 \
+                 ORDER BY seq LIMIT $3",
+            )
+            .await
+            .map_err(pg)?;
+        let rows = conn
+            .query(&stmt, &[&account.as_str(), &after, &db_limit(limit)])
+            .await
+            .map_err(pg)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let fact = self.decode(get(row, 0)?, get(row, 1)?)?;
+            if crate::projection::statement_line(&fact).is_none_or(|l| l.account != account) {
+                return Err(self.corrupt(format!(
+                    "seq {} is filed in {account}'s statement but is not its movement",
+                    fact.seq
+                )));
+            }
+            out.push(fact);
         }
         if let Some(last) = out.last() {
             self.inner.durable_seq.fetch_max(last.seq, Ordering::SeqCst);

@@ -110,7 +110,8 @@ impl PgStore {
             .query_raw(
                 "SELECT f.seq, f.client, f.key, f.body, k.seq IS NOT NULL, \
                         k.client = f.client AND k.key = f.key, \
-                        k.status, k.request_hash, k.response_digest \
+                        k.status, k.request_hash, k.response_digest, \
+                        CASE WHEN f.kind <> 'CommandRejected' THEN f.doc ->> 'account' END \
                  FROM facts f LEFT JOIN idempotency_keys k ON k.seq = f.seq \
                  ORDER BY f.seq",
                 std::iter::empty::<i64>(),
@@ -180,6 +181,20 @@ impl PgStore {
                 format!(
                     "seq {seq} is filed under ({c:?}, {k:?}) but is the fact of ({:?}, {:?})",
                     fact.client, fact.key
+                ),
+            );
+        }
+        // The statements' index (v7.sql) files a fact under its `doc`'s account unless its
+        // `kind` is a rejection: a row whose columns disagree with its body would be
+        // missing from its account's statement, or listed in another's.
+        let filed: Option<&str> = get(&row, 9)?;
+        let line = crate::projection::statement_line(&fact);
+        if filed != line.map(|l| l.account.as_str()) {
+            fold.r.add(
+                checks::STATEMENTS,
+                format!(
+                    "seq {seq} is in the statement of {filed:?} but moves {:?}",
+                    line.map(|l| l.account.as_str())
                 ),
             );
         }

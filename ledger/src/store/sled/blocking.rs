@@ -168,6 +168,13 @@ impl Blocking<'_> {
         self.store.shared.fact(seq)
     }
 
+    /// The user account's movements with `seq > after`, in order, at most `limit`, durable
+    /// ones only: [`crate::Store::statement`].
+    pub fn statement(&self, account: &Account, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        let durable = self.store.durable_seq();
+        super::statements::read(&self.store.shared, account, after, durable, limit)
+    }
+
     /// Balances of one account, per currency (system accounts may hold several).
     pub fn account(&self, account: &Account) -> Option<BTreeMap<Currency, i128>> {
         self.store

@@ -16,8 +16,9 @@ use crate::store::verify::VerifyReport;
 use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, message_fingerprint};
 
 use super::records::{
-    InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATS_KEY, account_key, decode,
-    encode, fact_key, inbox_key, io_err, quarantine_key, scoped_key, seq_of,
+    InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY, STATS_KEY,
+    account_key, decode, encode, fact_key, inbox_key, io_err, quarantine_key, scoped_key, seq_of,
+    statement_key,
 };
 use super::{Reply, Result, Shared, duration_ms};
 
@@ -153,11 +154,13 @@ impl Committer {
         }
     }
 
-    pub(super) fn write_stats_now(&self) -> Result<()> {
-        self.shared
-            .tree
-            .insert(STATS_KEY, encode(&self.stats))
-            .map_err(io_err)?;
+    /// Writes what a new ledger starts with: its stats record, and the mark that its
+    /// statements are complete (it has no movement yet).
+    pub(super) fn write_new_ledger(&self) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        batch.insert(STATS_KEY, encode(&self.stats));
+        batch.insert(STATEMENTS_READY_KEY, &[][..]);
+        self.shared.tree.apply_batch(batch).map_err(io_err)?;
         durable(&self.shared)
     }
 
@@ -485,6 +488,11 @@ impl Committer {
         staged
             .batch
             .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
+        if let Some(line) = crate::projection::statement_line(fact) {
+            staged
+                .batch
+                .insert(statement_key(line.account, seq), &[][..]);
+        }
         for (account, currency, delta) in crate::projection::legs(fact) {
             // Copy the account's balances from the working state only on its first touch
             // in this batch; later commands on it reuse the staged copy.

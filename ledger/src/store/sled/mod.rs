@@ -7,6 +7,7 @@
 //!   (flushing, publishing, answering).
 //! - [`keys`]: claims of keys in flight, the answers cache, and key listings.
 //! - [`records`]: the layout of the records in sled's tree.
+//! - [`statements`]: each user account's movements in order, for its statement.
 //! - [`verify`]: the online verify, while commits go on.
 
 use std::collections::BTreeMap;
@@ -53,6 +54,7 @@ mod blocking;
 mod committer;
 mod keys;
 mod records;
+mod statements;
 mod verify;
 
 pub use blocking::Blocking;
@@ -228,6 +230,9 @@ impl SledStore {
         let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
         let (stats, last_fact) = check_tail(&tree, &shown)?;
         let fresh = stats.is_none();
+        if !fresh {
+            statements::complete(&db, &tree, &shown)?;
+        }
         let stats = stats.unwrap_or_default();
         let balances = load_balances(&tree, &shown)?;
         let data_file = if config.fsync {
@@ -274,7 +279,7 @@ impl SledStore {
             // one whose stats vanished.
             let committer = Committer::new(shared.clone());
             committer
-                .write_stats_now()
+                .write_new_ledger()
                 .map_err(|e| open_err_l(&shown, e))?;
         }
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -786,6 +791,9 @@ impl Store for SledStore {
     }
     async fn fact(&self, seq: u64) -> Result<Option<Fact>> {
         self.blocking().fact(seq)
+    }
+    async fn statement(&self, account: &Account, after: u64, limit: usize) -> Result<Vec<Fact>> {
+        self.blocking().statement(account, after, limit)
     }
     async fn balances(&self) -> Result<Balances> {
         Ok(self.blocking().balances())

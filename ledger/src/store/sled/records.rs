@@ -14,6 +14,13 @@ pub(super) const P_REFUNDED: u8 = b'r';
 pub(super) const P_INBOX: u8 = b'i';
 pub(super) const P_QUARANTINE: u8 = b'q';
 pub(super) const STATS_KEY: &[u8] = b"s";
+/// A user account's statement: `h account NUL seq` (seq big-endian) → nothing, one entry
+/// per movement, written in the batch of its fact. A statement reads its account's entries
+/// in order and only their facts, never the whole log.
+pub(super) const P_STATEMENT: u8 = b'h';
+/// Present once every movement of the log has its statement entry: written when a ledger
+/// is created, or at the open that added the entries of a ledger made before statements.
+pub(super) const STATEMENTS_READY_KEY: &[u8] = b"v.statements";
 pub(super) const RECORD_VERSION: u8 = 1;
 
 pub(super) fn fact_key(seq: u64) -> [u8; 9] {
@@ -44,6 +51,29 @@ pub(super) fn account_key(account: &Account, currency: Currency) -> Vec<u8> {
     k.push(0);
     k.extend_from_slice(currency.as_str().as_bytes());
     k
+}
+
+/// `h account NUL`: the prefix of one account's statement entries.
+pub(super) fn statement_prefix(account: &Account) -> Vec<u8> {
+    let mut k = Vec::with_capacity(11 + account.as_str().len());
+    k.push(P_STATEMENT);
+    k.extend_from_slice(account.as_str().as_bytes());
+    k.push(0);
+    k
+}
+
+pub(super) fn statement_key(account: &Account, seq: u64) -> Vec<u8> {
+    let mut k = statement_prefix(account);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The account name's bytes and the seq of a statement entry's key.
+pub(super) fn split_statement(k: &[u8]) -> Option<(&[u8], u64)> {
+    let rest = k.get(1..)?;
+    let nul = rest.iter().position(|b| *b == 0)?;
+    let seq: [u8; 8] = rest.get(nul + 1..)?.try_into().ok()?;
+    Some((&rest[..nul], u64::from_be_bytes(seq)))
 }
 
 /// What a key holds once done: where its fact is, and what command it answered.

@@ -9,12 +9,13 @@ use crate::projection::{Balances, Stats};
 use crate::store::LedgerError;
 use crate::store::verify::{
     COUNTERS, DERIVED, DOUBLE_ENTRY, DigestMap, GAPLESS, KEY_FACT, NO_OVERDRAFT, ONE_EFFECT,
-    REFUNDS, Report, SAME_ANSWER, VerifyReport, Withdrawals, check_fold, digest, key_digest,
+    REFUNDS, Report, SAME_ANSWER, STATEMENTS, VerifyReport, Withdrawals, check_fold, digest,
+    key_digest,
 };
 
 use super::records::{
-    KeyRecord, P_ACCOUNT, P_KEY, P_REFUNDED, STATS_KEY, decode, decode_balance, scoped_key, seq_of,
-    split_scoped,
+    KeyRecord, P_ACCOUNT, P_KEY, P_REFUNDED, P_STATEMENT, STATS_KEY, decode, decode_balance,
+    scoped_key, seq_of, split_scoped, split_statement,
 };
 
 /// At most this many facts are left for the held step (more only if commits outrun
@@ -59,6 +60,11 @@ struct Online {
     /// have moved since, so the final step reads them again.
     suspect_accounts: Vec<(Account, Currency)>,
     suspect_refunds: Vec<(ClientId, Key)>,
+    /// The statement entries the facts up to `upto` call for: how many, and the sum of
+    /// their digests. An entry is never changed once written, so those up to `upto` are
+    /// compared once, with no second look in the held step.
+    statement_entries: u64,
+    statement_digest: u64,
 }
 
 /// `verify` while commits go on. The log is append-only and a fact never changes, so the
@@ -90,6 +96,8 @@ pub(crate) fn verify_online(
         expired_before: 0,
         suspect_accounts: Vec::new(),
         suspect_refunds: Vec::new(),
+        statement_entries: 0,
+        statement_digest: 0,
     };
     o.expired_before = match tree.get(STATS_KEY).map_err(io)? {
         Some(v) => decode::<Stats>("stats", &v).map_or(0, |s| s.keys_expired),
@@ -116,6 +124,7 @@ pub(crate) fn verify_online(
     o.match_keys(keys)?;
     o.scan_balances()?;
     o.scan_refunded()?;
+    o.scan_statements()?;
     // Catch up with the facts committed during the scan, still with no lock, until few
     // are left for the held step: its length is what commits wait.
     for _ in 0..8 {
@@ -194,6 +203,10 @@ fn read_keys(tree: &sled::Tree, upto: u64) -> Result<KeyScan, LedgerError> {
     Ok(scan)
 }
 
+fn statement_digest(account: &[u8], seq: u64) -> u64 {
+    digest(&[account, &seq.to_be_bytes()])
+}
+
 fn io(e: sled::Error) -> LedgerError {
     LedgerError::Unavailable(e.to_string())
 }
@@ -225,6 +238,12 @@ impl Online {
                 command: digest(&[&fact.body.command_fingerprint().0]),
                 referenced: false,
             };
+            if let Some(line) = crate::projection::statement_line(&fact) {
+                self.statement_entries += 1;
+                self.statement_digest = self
+                    .statement_digest
+                    .wrapping_add(statement_digest(line.account.as_str().as_bytes(), seq));
+            }
         }
         check_fold(&mut self.r, &fact, &self.balances, &mut self.withdrawals);
         self.balances.apply(&fact);
@@ -427,6 +446,46 @@ impl Online {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The statement entries up to `upto` against those the fold calls for, by count and
+    /// by the sum of their digests (a missing entry, an extra one, or one under another
+    /// account or seq changes one or the other). Entries past `upto` came during the scan.
+    fn scan_statements(&mut self) -> Result<(), LedgerError> {
+        let (mut entries, mut sum) = (0u64, 0u64);
+        for item in self.tree.scan_prefix([P_STATEMENT]) {
+            let (k, _) = item.map_err(io)?;
+            let Some((account, seq)) = split_statement(&k) else {
+                self.r.add(
+                    STATEMENTS,
+                    "a statement entry with an unreadable key".into(),
+                );
+                continue;
+            };
+            if seq <= self.upto {
+                entries += 1;
+                sum = sum.wrapping_add(statement_digest(account, seq));
+            }
+        }
+        if entries != self.statement_entries {
+            self.r.add(
+                STATEMENTS,
+                format!(
+                    "up to seq {}: {entries} statement entries, the log has {} movements",
+                    self.upto, self.statement_entries
+                ),
+            );
+        } else if sum != self.statement_digest {
+            self.r.add(
+                STATEMENTS,
+                format!(
+                    "up to seq {}: a statement entry names another account or seq than its \
+                     movement",
+                    self.upto
+                ),
+            );
         }
         Ok(())
     }
