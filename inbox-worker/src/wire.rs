@@ -98,16 +98,106 @@ struct RefundBody {
     amount: Number,
 }
 
-fn amount(n: &Number) -> Result<Amount, Invalid> {
-    // A float, a negative number or one beyond u64 has no `as_u64`: all are refused.
-    n.as_u64()
-        .and_then(|units| Amount::new(units).ok())
-        .ok_or_else(|| Invalid::new(ledger::InvalidInput::Amount.to_string()))
+/// The amount, from the JSON the client sent. JSON has one kind of number, and `1050`,
+/// `1050.0` and `1.05e3` are one whole number (JSON Schema's `integer`, which the API's
+/// document uses, admits all three), so each is taken. A spelling with a fraction or an
+/// exponent is read from its text, exactly: as a float, a fraction too small for a float
+/// to keep (`1050.00000000000000001`) would pass for a whole number. `json` is the whole
+/// document; the amount is the only number a well-formed command has in it.
+fn amount(n: &Number, json: &[u8]) -> Result<Amount, Invalid> {
+    let invalid = || Invalid::new(ledger::InvalidInput::Amount.to_string());
+    let units = match n.as_u64() {
+        Some(units) => units,
+        None if n.is_f64() => {
+            let mut numbers = number_tokens(json);
+            match (numbers.next(), numbers.next()) {
+                (Some(text), None) => exact_whole(text).ok_or_else(invalid)?,
+                _ => return Err(invalid()),
+            }
+        }
+        // Negative, or beyond u64.
+        None => return Err(invalid()),
+    };
+    Amount::new(units).map_err(|_| invalid())
 }
 
-fn movement(kind: CommandKind, body: MovementBody) -> Result<Command, Invalid> {
+/// The number tokens of a JSON document, in order (those inside strings are not numbers).
+fn number_tokens(json: &[u8]) -> impl Iterator<Item = &str> {
+    let mut i = 0;
+    let mut in_string = false;
+    std::iter::from_fn(move || {
+        while i < json.len() {
+            let b = json[i];
+            if in_string {
+                match b {
+                    b'\\' => i += 1,
+                    b'"' => in_string = false,
+                    _ => {}
+                }
+                i += 1;
+            } else if b == b'"' {
+                in_string = true;
+                i += 1;
+            } else if b == b'-' || b.is_ascii_digit() {
+                let start = i;
+                while i < json.len()
+                    && matches!(json[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    i += 1;
+                }
+                return std::str::from_utf8(&json[start..i]).ok();
+            } else {
+                i += 1;
+            }
+        }
+        None
+    })
+}
+
+/// The whole number a JSON number's text denotes, exactly, if it is one that fits in a
+/// u64: `2089.0` and `2.089e3` are 2089; `2089.5`, `-1` and `1e-3` are none.
+fn exact_whole(text: &str) -> Option<u64> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], text[at + 1..].parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    if mantissa.starts_with('-') {
+        return None;
+    }
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int.is_empty() || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // The value is `digits` × 10^scale.
+    let digits = format!("{int}{frac}");
+    let digits = digits.trim_start_matches('0');
+    let scale = exponent.checked_sub(i64::try_from(frac.len()).ok()?)?;
+    if digits.is_empty() {
+        return Some(0);
+    }
+    let whole = if scale < 0 {
+        let cut = usize::try_from(scale.unsigned_abs()).ok()?;
+        let keep = digits.len().checked_sub(cut)?;
+        if !digits[keep..].bytes().all(|b| b == b'0') {
+            return None;
+        }
+        digits[..keep].to_owned()
+    } else {
+        // More than 20 digits is beyond any u64.
+        let zeros = usize::try_from(scale)
+            .ok()
+            .filter(|z| digits.len() + z <= 20)?;
+        format!("{digits}{}", "0".repeat(zeros))
+    };
+    if whole.is_empty() {
+        return None;
+    }
+    whole.parse().ok()
+}
+
+fn movement(kind: CommandKind, body: MovementBody, json: &[u8]) -> Result<Command, Invalid> {
     let account = Account::parse(&body.account).map_err(|e| Invalid::new(e.to_string()))?;
-    let amount = amount(&body.amount)?;
+    let amount = amount(&body.amount, json)?;
     let currency = Currency::parse(&body.currency).map_err(|e| Invalid::new(e.to_string()))?;
     Ok(match kind {
         CommandKind::Deposit => Command::Deposit {
@@ -123,7 +213,7 @@ fn movement(kind: CommandKind, body: MovementBody) -> Result<Command, Invalid> {
     })
 }
 
-fn refund(body: RefundBody) -> Result<Command, Invalid> {
+fn refund(body: RefundBody, json: &[u8]) -> Result<Command, Invalid> {
     let withdrawal = Key::parse(&body.withdrawal).map_err(|_| {
         Invalid::new(
             "withdrawal must be the withdrawal's idempotency key (1 to 255 bytes of visible ASCII)",
@@ -131,7 +221,7 @@ fn refund(body: RefundBody) -> Result<Command, Invalid> {
     })?;
     Ok(Command::Refund {
         withdrawal,
-        amount: amount(&body.amount)?,
+        amount: amount(&body.amount, json)?,
     })
 }
 
@@ -142,12 +232,12 @@ pub fn parse_body(kind: CommandKind, body: &[u8]) -> Result<Command, Invalid> {
         CommandKind::Deposit | CommandKind::Withdraw => {
             let b: MovementBody =
                 serde_json::from_slice(body).map_err(|e| describe(&e, kind.fields()))?;
-            movement(kind, b)
+            movement(kind, b, body)
         }
         CommandKind::Refund => {
             let b: RefundBody =
                 serde_json::from_slice(body).map_err(|e| describe(&e, kind.fields()))?;
-            refund(b)
+            refund(b, body)
         }
     }
 }
@@ -263,6 +353,7 @@ pub fn parse_message(line: &[u8]) -> Result<Message, (Option<String>, Invalid)> 
                 amount,
                 currency,
             },
+            line,
         ),
         WireCommand::Withdraw {
             account,
@@ -275,8 +366,11 @@ pub fn parse_message(line: &[u8]) -> Result<Message, (Option<String>, Invalid)> 
                 amount,
                 currency,
             },
+            line,
         ),
-        WireCommand::Refund { withdrawal, amount } => refund(RefundBody { withdrawal, amount }),
+        WireCommand::Refund { withdrawal, amount } => {
+            refund(RefundBody { withdrawal, amount }, line)
+        }
     }
     .map_err(fail)?;
     Ok(Message {
@@ -373,6 +467,62 @@ mod tests {
             // No refusal may quote the input back.
             assert!(!e.detail.contains("zzz"), "{body}: {e}");
         }
+    }
+
+    /// Any JSON spelling of a whole number is that number, read exactly from its text;
+    /// anything else is refused, a fraction too small for a float included.
+    #[test]
+    fn amounts_are_whole_numbers_in_any_spelling() {
+        let parse = |n: &str| {
+            let body = format!(r#"{{"account":"alice","amount":{n},"currency":"RUB"}}"#);
+            let line = format!(
+                r#"{{"message_id":"m","key":"k","command":{{"type":"deposit","account":"alice","amount":{n},"currency":"RUB"}}}}"#
+            );
+            let http =
+                parse_body(CommandKind::Deposit, body.as_bytes()).map(|c| c.amount().units());
+            let inbox = parse_message(line.as_bytes()).map(|m| m.command.amount().units());
+            assert_eq!(
+                http.clone().ok(),
+                inbox.ok(),
+                "{n}: HTTP and the inbox disagree"
+            );
+            http.ok()
+        };
+        for (n, units) in [
+            ("2089", 2089),
+            ("2089.0", 2089),
+            ("2089.000", 2089),
+            ("2.089e3", 2089),
+            ("2.089E+3", 2089),
+            ("208900e-2", 2089),
+            ("1e15", 1_000_000_000_000_000),
+            ("1000000000000000.0", 1_000_000_000_000_000),
+            ("0.5e1", 5),
+        ] {
+            assert_eq!(parse(n), Some(units), "{n}");
+        }
+        for n in [
+            "2089.5",
+            "2089.00000000000000001",
+            "1000000000000000.01",
+            "1e-3",
+            "0.0",
+            "0e5",
+            "-1.0",
+            "-0",
+            "1e16",
+            "1.5e0",
+            "18446744073709551616",
+            "1e400",
+        ] {
+            assert_eq!(parse(n), None, "{n}");
+        }
+        assert_eq!(exact_whole("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(exact_whole("1e9223372036854775807"), None);
+        assert_eq!(exact_whole("1e-9223372036854775808"), None);
+        // Digits inside strings are not numbers.
+        let tokens: Vec<_> = number_tokens(br#"{"a":"1.5\"2","b":-2.5e3}"#).collect();
+        assert_eq!(tokens, ["-2.5e3"]);
     }
 
     #[test]

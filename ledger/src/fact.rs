@@ -579,6 +579,14 @@ impl Outcome {
         }
     }
 
+    /// When the command was first executed: its fact's time.
+    pub fn created_at(&self) -> Timestamp {
+        match self {
+            Outcome::Applied(r) => r.created_at,
+            Outcome::Rejected(r) => r.created_at,
+        }
+    }
+
     pub fn rejection(&self) -> Option<Rejection> {
         match self {
             Outcome::Applied(_) => None,

@@ -12,27 +12,38 @@ use serde_json::json;
 
 use super::feed;
 use super::listener::BodyTimeout;
-use super::problem::{Problem, body_bytes, bytes_response};
+use super::problem::{Params, Problem, body_bytes, bytes_response, no_params};
 use super::state::{App, Shared, fail_and_close};
 use crate::wire::{self, CommandKind};
 
 /// The largest request body accepted.
 pub const BODY_LIMIT_BYTES: usize = 64 * 1024;
 
-pub(crate) async fn deposit(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Response {
-    command(app, CommandKind::Deposit, headers, body).await
+pub(crate) async fn deposit(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    q: Params,
+    body: Body,
+) -> Response {
+    command(app, CommandKind::Deposit, headers, q, body).await
 }
 
 pub(crate) async fn withdraw(
     State(app): State<Shared>,
     headers: HeaderMap,
+    q: Params,
     body: Body,
 ) -> Response {
-    command(app, CommandKind::Withdraw, headers, body).await
+    command(app, CommandKind::Withdraw, headers, q, body).await
 }
 
-pub(crate) async fn refund(State(app): State<Shared>, headers: HeaderMap, body: Body) -> Response {
-    command(app, CommandKind::Refund, headers, body).await
+pub(crate) async fn refund(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    q: Params,
+    body: Body,
+) -> Response {
+    command(app, CommandKind::Refund, headers, q, body).await
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Key, Problem> {
@@ -108,12 +119,23 @@ fn caused_by<E: std::error::Error + 'static>(e: &(dyn std::error::Error + 'stati
     false
 }
 
-/// The order of checks: who, which key, how big, what. Each refusal leaves the key unused.
-async fn command(app: Shared, kind: CommandKind, headers: HeaderMap, body: Body) -> Response {
+/// The order of checks: who, no query, which key, how big, what. Each refusal leaves the
+/// key unused. A command takes no query parameter: one the client believes in (a
+/// `dry_run`, say) must not be ignored while money moves.
+async fn command(
+    app: Shared,
+    kind: CommandKind,
+    headers: HeaderMap,
+    q: Params,
+    body: Body,
+) -> Response {
     let client = match app.client(&headers) {
         Ok(c) => c,
         Err(p) => return app.fail(p),
     };
+    if let Err(p) = no_params(q) {
+        return app.fail(p);
+    }
     let key = match idempotency_key(&headers) {
         Ok(k) => k,
         Err(p) => return app.fail(p),
@@ -196,5 +218,15 @@ pub(crate) fn outcome_response(app: &App, outcome: &Outcome, replayed: bool) -> 
         r.headers_mut()
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
+    // Until when this answer is kept under its key, from the retention the worker runs
+    // with now. A header and not a body member: the body is the stored answer, the same
+    // bytes on every replay, while the retention may change between two runs.
+    let until = feed::expires_at(outcome.created_at(), app.store.rules().retention);
+    if let Ok(v) = HeaderValue::from_str(&until) {
+        r.headers_mut().insert(IDEMPOTENCY_EXPIRES, v);
+    }
     r
 }
+
+/// The response header that says until when a stored answer is kept (RFC 3339, UTC).
+pub(crate) const IDEMPOTENCY_EXPIRES: &str = "idempotency-expires";

@@ -18,7 +18,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 use super::metrics::commit_summary;
-use super::problem::{Params, Problem, json_ok, limit_param, number_param, params};
+use super::problem::{Params, Problem, json_ok, limit_param, no_params, number_param, params};
 pub use super::state::FeedEvent;
 use super::state::Shared;
 
@@ -50,14 +50,20 @@ pub(crate) fn conflict(
     app.metrics.conflict(entry);
 }
 
-/// A key as the API and the feed show it.
-pub fn key_json(info: &KeyInfo, now: Timestamp) -> Value {
+/// A key as the API and the feed show it. `retention` is how long the worker keeps a done
+/// key's answer: `expires_at` is until when, from the key's fact (null while pending).
+pub fn key_json(info: &KeyInfo, now: Timestamp, retention: Duration) -> Value {
     let mut map = serde_json::Map::new();
     json::command_fields(&info.command, &mut map);
     map.insert("client".into(), json!(info.client.as_str()));
     map.insert("key".into(), json!(info.key.as_str()));
     map.insert("status".into(), json!(info.status.as_str()));
     map.insert("since".into(), json!(info.since.to_rfc3339()));
+    let expires_at = match info.status {
+        KeyStatus::Pending => Value::Null,
+        KeyStatus::Done | KeyStatus::Expired => json!(expires_at(info.since, retention)),
+    };
+    map.insert("expires_at".into(), expires_at);
     map.insert(
         "age_ms".into(),
         json!(now.millis().saturating_sub(info.since.millis()).max(0)),
@@ -70,6 +76,14 @@ pub fn key_json(info: &KeyInfo, now: Timestamp) -> Value {
         info.outcome.as_ref().map_or(Value::Null, json::outcome),
     );
     Value::Object(map)
+}
+
+/// Until when the answer of a key done at `done` is kept, in RFC 3339 UTC: the worker's
+/// retention after the key's fact. A retry after that is still answered from the fact
+/// (docs/contract.md, guarantee 10); this is the time the worker promises.
+pub(crate) fn expires_at(done: Timestamp, retention: Duration) -> String {
+    let ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+    done.saturating_add_ms(ms).to_rfc3339()
 }
 
 // ---- background tasks ---------------------------------------------------------------------
@@ -190,8 +204,8 @@ async fn follower(app: Shared) {
 
 // ---- endpoints ----------------------------------------------------------------------------
 
-pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap) -> Response {
-    if let Err(p) = app.operator(&headers) {
+pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap, q: Params) -> Response {
+    if let Err(p) = app.operator(&headers).and_then(|()| no_params(q)) {
         return app.fail(p);
     }
     let ledger = &*app.store;
@@ -213,9 +227,16 @@ pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap) -> R
         .iter()
         .take(50)
         .map(|k| {
-            let mut v = key_json(k, now);
+            let mut v = key_json(k, now, ledger.rules().retention);
             if let Value::Object(m) = &mut v {
-                for drop in ["status", "since", "replays", "conflicts", "outcome"] {
+                for drop in [
+                    "status",
+                    "since",
+                    "replays",
+                    "conflicts",
+                    "outcome",
+                    "expires_at",
+                ] {
                     m.remove(drop);
                 }
             }
@@ -259,8 +280,11 @@ fn encode_cursor(client: &ClientId, key: &Key) -> String {
     out
 }
 
+/// The (client, key) of a cursor `encode_cursor` wrote, and only of one: lowercase hex
+/// (`from_str_radix` alone would also take capitals and a `+`), so one position has one
+/// spelling, the one docs/openapi.json describes.
 fn decode_cursor(s: &str) -> Option<(ClientId, Key)> {
-    if !s.len().is_multiple_of(2) {
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..s.len())
@@ -346,7 +370,7 @@ pub(crate) async fn live_keys(
                 k.client.as_str().contains(q.as_str()) || k.key.as_str().contains(q.as_str())
             });
             if hit {
-                rows.push(key_json(k, now));
+                rows.push(key_json(k, now, app.store.rules().retention));
                 if rows.len() == limit {
                     stopped_at = Some((k.client.clone(), k.key.clone()));
                     break;
@@ -378,8 +402,8 @@ pub(crate) async fn live_keys(
 /// `GET /v1/live/quarantine?after=ID&limit=N`: the messages the inbox kept instead of
 /// applying (a reused message id, a reused key, an undecodable line), oldest first, with
 /// the reason and the payload as received. Paged by id: `next` is the `after` of the next
-/// page, null on a page that is not full. `order=newest` lists the newest `limit` instead,
-/// newest first, in one answer: what an operator looks at.
+/// page, null on a page that is not full. `order=newest` lists the newest `limit` (above
+/// `after`, when given) instead, newest first, in one answer: what an operator looks at.
 pub(crate) async fn quarantine(
     State(app): State<Shared>,
     headers: HeaderMap,
@@ -395,16 +419,17 @@ pub(crate) async fn quarantine(
     };
     let newest = match p.get("order").map(String::as_str) {
         None | Some("oldest") => false,
-        Some("newest") if !p.contains_key("after") => true,
-        Some("newest") => {
-            return app.fail(Problem::invalid(
-                "order=newest lists the newest messages and takes no after",
-            ));
-        }
+        Some("newest") => true,
         Some(_) => return app.fail(Problem::invalid("order must be oldest or newest")),
     };
+    // `after` bounds the ids in either order. The newest `limit` above it are the newest
+    // `limit` of all, less those not above it: had one of those been left out for an
+    // older one above it, it would not be among the newest.
     let kept = if newest {
-        app.store.quarantined_newest(limit).await
+        app.store
+            .quarantined_newest(limit)
+            .await
+            .map(|kept| kept.into_iter().filter(|q| q.id > after).collect())
     } else {
         app.store.quarantined(after, limit).await
     };
@@ -438,8 +463,9 @@ pub(crate) async fn live_key(
     State(app): State<Shared>,
     headers: HeaderMap,
     path: Result<Path<(String, String)>, PathRejection>,
+    q: Params,
 ) -> Response {
-    if let Err(p) = app.operator(&headers) {
+    if let Err(p) = app.operator(&headers).and_then(|()| no_params(q)) {
         return app.fail(p);
     }
     let missing = || Problem::not_found("key_not_found", "No such key.");
@@ -457,7 +483,8 @@ pub(crate) async fn live_key(
             return app.fail(Problem::unavailable());
         }
     };
-    let mut v = key_json(&info, app.store.rules().clock.now());
+    let rules = app.store.rules();
+    let mut v = key_json(&info, rules.clock.now(), rules.retention);
     if let Some(o) = &info.outcome
         && let Ok(Some(fact)) = app.store.fact(o.seq()).await
     {
@@ -466,8 +493,8 @@ pub(crate) async fn live_key(
     json_ok(&v)
 }
 
-pub(crate) async fn stream(State(app): State<Shared>, headers: HeaderMap) -> Response {
-    if let Err(p) = app.operator(&headers) {
+pub(crate) async fn stream(State(app): State<Shared>, headers: HeaderMap, q: Params) -> Response {
+    if let Err(p) = app.operator(&headers).and_then(|()| no_params(q)) {
         return app.fail(p);
     }
     let rx = app.events.subscribe();

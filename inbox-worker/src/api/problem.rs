@@ -135,12 +135,22 @@ pub(crate) fn params(q: Params, allowed: &[&str]) -> Result<HashMap<String, Stri
         .map(|Query(m)| m)
         .map_err(|_| Problem::invalid("the query string could not be decoded"))?;
     if p.keys().any(|name| !allowed.contains(&name.as_str())) {
-        return Err(Problem::invalid(format!(
-            "an unknown query parameter; this endpoint takes {}",
-            allowed.join(", ")
-        )));
+        return Err(Problem::invalid(if allowed.is_empty() {
+            "an unknown query parameter; this endpoint takes none".to_owned()
+        } else {
+            format!(
+                "an unknown query parameter; this endpoint takes {}",
+                allowed.join(", ")
+            )
+        }));
     }
     Ok(p)
+}
+
+/// For an endpoint that takes no query parameter: any is refused, so that a parameter
+/// the client believes in (a filter, a `dry_run`) is never silently ignored.
+pub(crate) fn no_params(q: Params) -> Result<(), Problem> {
+    params(q, &[]).map(|_| ())
 }
 
 /// `limit`: how many rows a page holds, from 1 to 1,000 (100 when absent).

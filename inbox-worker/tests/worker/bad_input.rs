@@ -173,7 +173,12 @@ fn rows() -> Vec<Row> {
             "amount-over-2^64",
             &dep_with("amount", "18446744073709551616"),
         ),
-        invalid("amount-exponent", &dep_with("amount", "1e3")),
+        // 1e3 and 1000.0 are the whole number 1000 and are taken; these are not whole.
+        invalid("amount-exponent-fraction", &dep_with("amount", "1.5e0")),
+        invalid(
+            "amount-fraction-past-a-float",
+            &dep_with("amount", "1.00000000000000000001"),
+        ),
         invalid("amount-huge", &dep_with("amount", &"9".repeat(400))),
         // accounts
         invalid("account-empty", &dep_with("account", "\"\"")),
@@ -278,6 +283,40 @@ fn rows() -> Vec<Row> {
             404,
             "key_not_found",
         ),
+        get(
+            "statement-unknown-account",
+            "/v1/accounts/nobody/facts",
+            404,
+            "account_not_found",
+        ),
+        get(
+            "statement-system-account",
+            "/v1/accounts/@world/facts",
+            400,
+            "invalid_request",
+        ),
+        get(
+            "statement-limit-zero",
+            "/v1/accounts/alice/facts?limit=0",
+            400,
+            "invalid_request",
+        ),
+        get(
+            "read-unknown-query",
+            "/v1/accounts?zqxq=1",
+            400,
+            "invalid_request",
+        )
+        .marker("zqx"),
+        // A command takes no query: a `dry_run` the client believes in must not move money.
+        post(
+            "command-with-query",
+            "/v1/deposits?zqxdry_run=1",
+            &dep_with("amount", "1"),
+            400,
+            "invalid_request",
+        )
+        .marker("zqx"),
         get("unknown-path", "/v1/zqxpath", 404, "not_found"),
         get("unknown-root", "/", 404, "not_found"),
         post("post-unknown-path", "/v1/transfers", "{}", 404, "not_found"),

@@ -150,7 +150,16 @@ fn inbox_file_absorbs_duplicates_and_quarantines_the_rest() {
     assert_eq!(ids, ["m8", "m6", "m4"], "{newest}");
     assert_eq!(newest["quarantined"][0]["id"], rest[6]["id"]);
     assert_eq!(newest["next"], serde_json::Value::Null);
-    for bad in ["order=newest&after=1", "order=sideways"] {
+    // `after` bounds the ids in either order: the newest above m6's id are m8 alone.
+    let above = http
+        .get(&format!(
+            "/v1/live/quarantine?order=newest&limit=3&after={}",
+            rest[5]["id"]
+        ))
+        .json();
+    assert_eq!(above["quarantined"].as_array().unwrap().len(), 1, "{above}");
+    assert_eq!(above["quarantined"][0]["message_id"], "m8", "{above}");
+    for bad in ["order=sideways", "order=newest&after=x"] {
         let r = http.get(&format!("/v1/live/quarantine?{bad}"));
         assert_eq!(
             (r.status, r.code()),

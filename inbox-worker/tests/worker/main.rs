@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod amqp;
+mod answers;
 mod api;
 mod bad_input;
 mod cli;
@@ -12,6 +13,7 @@ mod damaged;
 mod durability;
 mod inbox;
 mod no_5xx;
+mod openapi;
 mod postgres;
 mod raw;
 mod support;

@@ -184,6 +184,8 @@ pub struct Reply {
     pub body: String,
     pub replayed: bool,
     pub retry_after: Option<String>,
+    /// `Idempotency-Expires`: until when a stored answer is kept.
+    pub expires: Option<String>,
     pub content_type: String,
 }
 
@@ -293,6 +295,7 @@ fn reply(mut r: ureq::http::Response<ureq::Body>) -> Reply {
     };
     let replayed = header("idempotent-replayed").as_deref() == Some("true");
     let retry_after = header("retry-after");
+    let expires = header("idempotency-expires");
     let content_type = header("content-type").unwrap_or_default();
     let status = r.status().as_u16();
     let body = r.body_mut().read_to_string().unwrap();
@@ -301,6 +304,7 @@ fn reply(mut r: ureq::http::Response<ureq::Body>) -> Reply {
         body,
         replayed,
         retry_after,
+        expires,
         content_type,
     }
 }
