@@ -236,7 +236,8 @@ fn verify_reports_a_tampered_statement() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l");
     fill(&path, 4);
-    let cases: [(&str, fn(&sled::Tree)); 3] = [
+    type Damage = fn(&sled::Tree);
+    let cases: [(&str, Damage); 3] = [
         (
             "up to seq 5: 4 statement entries, the log has 5 movements",
             |t| {

@@ -236,7 +236,7 @@ fn scenario(root: &Http) {
 
     // The operator's statement of alice: every movement in order with the balance after
     // it, rejections left out, paged two lines at a time.
-    let want = vec![
+    let want = [
         (seq(&d1), 1000, 1000, "d-1"),
         (seq(&w1), 700, -300, "w-1"),
         (seq(&db), 750, 50, "d-b"),
