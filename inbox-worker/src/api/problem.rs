@@ -46,7 +46,7 @@ impl Problem {
         Self::new(
             StatusCode::BAD_REQUEST,
             "invalid_request",
-            "The request is not a valid command.",
+            "The request is not valid; nothing changed.",
         )
         .detail(detail)
     }
