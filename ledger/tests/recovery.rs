@@ -90,7 +90,7 @@ fn a_missing_log_tail_is_refused() {
     });
     refuses(
         &path,
-        "the log ends at seq 10 but the projections were written at seq 11",
+        "the log ends at seq 10 but the balances and key records were written at seq 11",
     );
 }
 

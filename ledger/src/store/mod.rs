@@ -184,12 +184,12 @@ impl std::fmt::Display for OpenReport {
         }
         write!(
             f,
-            "recovered {} facts ({} keys done, {} expired), {} accounts, last fact at {}; \
-             log tail and projections agree ({} ms)",
-            self.facts,
-            self.keys_done,
+            "recovered {} ({} done, {} expired), {}, last fact at {}; \
+             the log's tail and the balances agree ({} ms)",
+            verify::count(self.facts, "fact", "facts"),
+            verify::count(self.keys_done, "key", "keys"),
             self.keys_expired,
-            self.accounts,
+            verify::count(self.accounts, "account", "accounts"),
             self.last_fact_at.as_deref().unwrap_or("-"),
             self.open_ms
         )

@@ -7,7 +7,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
-use crate::domain::{ClientId, Key};
+use crate::domain::{ClientId, Currency, Key};
 use crate::fact::{Fact, FactBody};
 use crate::projection::Balances;
 
@@ -26,6 +26,9 @@ pub struct VerifyReport {
     pub keys_expired: u64,
     pub accounts: usize,
     pub currencies: usize,
+    /// Per currency, the minor units the user accounts hold together, by the fold of the
+    /// log (what came in by deposits and refunds, less what went out).
+    pub held: BTreeMap<Currency, i128>,
     pub violations: Vec<Violation>,
 }
 
@@ -39,18 +42,46 @@ impl std::fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "checked {} facts, {} keys done, {} expired, {} accounts in {} currencies",
-            self.facts, self.keys_done, self.keys_expired, self.accounts, self.currencies
+            "checked {}, {} done, {} expired, {} in {}",
+            count(self.facts, "fact", "facts"),
+            count(self.keys_done, "key", "keys"),
+            self.keys_expired,
+            count(self.accounts, "account", "accounts"),
+            count(self.currencies, "currency", "currencies"),
         )?;
         if self.violations.is_empty() {
             return write!(f, "all guarantees hold");
         }
-        writeln!(f, "{} violations:", self.violations.len())?;
+        writeln!(
+            f,
+            "{}:",
+            count(self.violations.len(), "violation", "violations")
+        )?;
         for v in &self.violations {
             writeln!(f, "  [{}] {}", v.guarantee, v.detail)?;
         }
         Ok(())
     }
+}
+
+/// `n` and the noun in its number: `1 fact`, `2 facts`.
+pub(crate) fn count(n: impl TryInto<u64>, one: &str, many: &str) -> String {
+    let n: u64 = n.try_into().unwrap_or(u64::MAX);
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Per currency, what the user accounts of `balances` hold together.
+pub(crate) fn held(balances: &Balances) -> BTreeMap<Currency, i128> {
+    let mut held = BTreeMap::new();
+    for (account, per) in &balances.accounts {
+        if account.is_system() {
+            continue;
+        }
+        for (currency, balance) in per {
+            *held.entry(*currency).or_insert(0) += balance;
+        }
+    }
+    held
 }
 
 pub(crate) const ONE_EFFECT: &str = "one effect per key";

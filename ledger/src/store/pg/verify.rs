@@ -96,6 +96,7 @@ impl PgStore {
             keys_expired: stats.keys_expired,
             accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
             currencies: balances.sums().len(),
+            held: checks::held(&balances),
             violations: r.finish(),
         })
     }

@@ -556,7 +556,7 @@ fn check_tail(tree: &sled::Tree, shown: &str) -> Result<(Option<Stats>, Option<F
     let last_seq = stats.as_ref().map_or(0, |s| s.last_seq);
     if tail != last_seq {
         return Err(corrupt(format!(
-            "the log ends at seq {tail} but the projections were written at seq {last_seq}"
+            "the log ends at seq {tail} but the balances and key records were written at seq {last_seq}"
         )));
     }
     if let Some(fact) = &last_fact {

@@ -9,7 +9,7 @@ use crate::projection::{Balances, Stats};
 use crate::store::LedgerError;
 use crate::store::verify::{
     COUNTERS, DERIVED, DOUBLE_ENTRY, DigestMap, GAPLESS, KEY_FACT, NO_OVERDRAFT, ONE_EFFECT,
-    REFUNDS, Report, SAME_ANSWER, STATEMENTS, VerifyReport, Withdrawals, check_fold, digest,
+    REFUNDS, Report, SAME_ANSWER, STATEMENTS, VerifyReport, Withdrawals, check_fold, digest, held,
     key_digest,
 };
 
@@ -572,6 +572,7 @@ impl Online {
                 .filter(|a| !a.is_system())
                 .count(),
             currencies: self.balances.sums().len(),
+            held: held(&self.balances),
             violations: self.r.finish(),
         })
     }
