@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
-use ledger::{Command, Key};
+use ledger::{Command, Currency, Key};
 use rand::Rng as _;
 use serde_json::Value;
 
+use crate::text::count;
 use crate::wire;
 
 /// How a submission ended, with its exit code.
@@ -82,21 +83,53 @@ impl Answer {
     }
 }
 
+/// Why the last attempt got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoAnswer {
+    /// Nothing accepted the connection: no worker at that address (or not yet).
+    NoWorker(String),
+    /// Connected, but the answer never came (lost, or the worker stopped mid-request):
+    /// the command may or may not have been applied.
+    Lost(String),
+}
+
+impl NoAnswer {
+    fn of(e: &ureq::Error) -> NoAnswer {
+        use std::io::ErrorKind;
+        let refused = match e {
+            ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
+            ureq::Error::Io(io) => matches!(
+                io.kind(),
+                ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable
+            ),
+            ureq::Error::Timeout(t) => matches!(t, ureq::Timeout::Resolve | ureq::Timeout::Connect),
+            _ => false,
+        };
+        if refused {
+            NoAnswer::NoWorker(e.to_string())
+        } else {
+            NoAnswer::Lost(e.to_string())
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Submitted {
     pub verdict: Verdict,
     pub answer: Option<Answer>,
     pub attempts: u32,
     /// Why the last attempt failed without an answer.
-    pub transport_error: Option<String>,
+    pub no_answer: Option<NoAnswer>,
+    /// The worker's address, for the advice when none answered.
+    pub server: String,
 }
 
-enum Step {
-    Done(Verdict),
+enum Step<T> {
+    Done(T),
     Retry,
 }
 
-fn classify(a: &Answer) -> Step {
+fn classify(a: &Answer) -> Step<Verdict> {
     match a.status {
         201 => Step::Done(Verdict::Applied {
             replayed: a.replayed,
@@ -123,37 +156,32 @@ pub fn backoff(options: &SubmitOptions, attempt: u32, retry_after: Option<Durati
     retry_after.map_or(jittered, |r| jittered.max(r.min(options.backoff_max)))
 }
 
-/// Sends one command, retrying as a careful client does. `log` hears about each retry.
-pub fn submit(
+/// How one exchange with retries ended: the step's value, or the retries ran out.
+struct Exchange<T> {
+    done: Option<T>,
+    last: Option<Answer>,
+    attempts: u32,
+    no_answer: Option<NoAnswer>,
+}
+
+/// Sends `request` until `decide` is done with an answer or the retries run out. Every
+/// attempt without an answer is retried: the request may or may not have reached the
+/// server, and only a retry (with the same key, for a command) can tell, safely.
+fn exchange<T>(
     options: &SubmitOptions,
-    key: &Key,
-    command: &Command,
+    request: &mut dyn FnMut(&ureq::Agent) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    decide: &dyn Fn(&Answer) -> Step<T>,
     log: &mut dyn FnMut(&str),
-) -> Submitted {
+) -> Exchange<T> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(options.timeout))
         .build()
         .into();
-    let url = format!(
-        "{}{}",
-        options.server.trim_end_matches('/'),
-        wire::kind_of(command).path()
-    );
-    let body = wire::body_of(command).to_string();
-    let mut last: Option<Answer>;
-    let mut transport_error: Option<String>;
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        let mut request = agent
-            .post(&url)
-            .header("Idempotency-Key", key.as_str())
-            .header("Content-Type", "application/json");
-        if let Some(t) = &options.token {
-            request = request.header("Authorization", format!("Bearer {t}"));
-        }
-        let why = match request.send(body.as_str()) {
+        let (last, no_answer, why) = match request(&agent) {
             Ok(mut response) => {
                 let header = |name: &str| {
                     response
@@ -174,44 +202,28 @@ pub fn submit(
                     body: text,
                     retry_after,
                 };
-                transport_error = None;
-                let step = classify(&answer);
+                if let Step::Done(done) = decide(&answer) {
+                    return Exchange {
+                        done: Some(done),
+                        last: Some(answer),
+                        attempts: attempt,
+                        no_answer: None,
+                    };
+                }
                 let why = format!(
                     "HTTP {status}{}",
                     answer.code().map(|c| format!(" {c}")).unwrap_or_default()
                 );
-                last = Some(answer);
-                match step {
-                    Step::Done(verdict) => {
-                        return Submitted {
-                            verdict,
-                            answer: last,
-                            attempts: attempt,
-                            transport_error,
-                        };
-                    }
-                    Step::Retry => why,
-                }
+                (Some(answer), None, why)
             }
-            Err(e) => {
-                // The request may or may not have reached the server: only a retry with
-                // the same key can tell, and it is safe.
-                let why = format!("no answer ({e})");
-                transport_error = Some(e.to_string());
-                last = None;
-                why
-            }
+            Err(e) => (None, Some(NoAnswer::of(&e)), format!("no answer ({e})")),
         };
         if attempt > options.retries {
-            let verdict = match &last {
-                Some(a) if a.status == 409 => Verdict::StillInFlight,
-                _ => Verdict::Failed,
-            };
-            return Submitted {
-                verdict,
-                answer: last,
+            return Exchange {
+                done: None,
+                last,
                 attempts: attempt,
-                transport_error,
+                no_answer,
             };
         }
         let delay = backoff(options, attempt, last.as_ref().and_then(|a| a.retry_after));
@@ -223,62 +235,171 @@ pub fn submit(
     }
 }
 
-fn describe_command(v: &Value) -> String {
-    let s = |k: &str| {
-        v.get(k)
-            .map(|x| x.to_string().trim_matches('"').to_owned())
-            .unwrap_or_default()
+fn bearer(options: &SubmitOptions) -> Option<String> {
+    options.token.as_ref().map(|t| format!("Bearer {t}"))
+}
+
+fn url(options: &SubmitOptions, path: &str) -> String {
+    format!("{}{path}", options.server.trim_end_matches('/'))
+}
+
+/// Sends one command, retrying as a careful client does. `log` hears about each retry.
+pub fn submit(
+    options: &SubmitOptions,
+    key: &Key,
+    command: &Command,
+    log: &mut dyn FnMut(&str),
+) -> Submitted {
+    let url = url(options, wire::kind_of(command).path());
+    let body = wire::body_of(command).to_string();
+    let auth = bearer(options);
+    let mut request = |agent: &ureq::Agent| {
+        let mut request = agent
+            .post(&url)
+            .header("Idempotency-Key", key.as_str())
+            .header("Content-Type", "application/json");
+        if let Some(a) = &auth {
+            request = request.header("Authorization", a);
+        }
+        request.send(body.as_str())
     };
+    let x = exchange(options, &mut request, &classify, log);
+    let verdict = x.done.unwrap_or(match &x.last {
+        Some(a) if a.status == 409 => Verdict::StillInFlight,
+        _ => Verdict::Failed,
+    });
+    Submitted {
+        verdict,
+        answer: x.last,
+        attempts: x.attempts,
+        no_answer: x.no_answer,
+        server: options.server.clone(),
+    }
+}
+
+/// What the worker knows of the withdrawal a refund names.
+#[derive(Debug)]
+pub enum Withdrawal {
+    /// The key holds a withdrawal (applied, rejected or in flight) in this currency.
+    In(Currency),
+    /// The key holds another command (a deposit, a refund).
+    NotAWithdrawal(String),
+    /// This client has no such key.
+    Unknown,
+    /// No usable answer: the reason, as a failed submission, for the same advice.
+    Failed(Submitted),
+}
+
+/// Asks the worker for the withdrawal `key` (`GET /v1/keys/{key}`), for its currency: a
+/// refund's amount is typed in it. Retried like a command; reading changes nothing.
+pub fn withdrawal(options: &SubmitOptions, key: &Key, log: &mut dyn FnMut(&str)) -> Withdrawal {
+    // A key is any visible ASCII; in a path segment all but the unreserved characters
+    // are escaped (the worker decodes them).
+    let mut escaped = String::new();
+    for b in key.as_str().bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            escaped.push(char::from(b));
+        } else {
+            escaped.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let url = url(options, &format!("/v1/keys/{escaped}"));
+    let auth = bearer(options);
+    let mut request = |agent: &ureq::Agent| {
+        let mut request = agent.get(&url);
+        if let Some(a) = &auth {
+            request = request.header("Authorization", a);
+        }
+        request.call()
+    };
+    let decide = |a: &Answer| match a.status {
+        200 | 404 => Step::Done(()),
+        500..=599 => Step::Retry,
+        _ => Step::Done(()),
+    };
+    let x = exchange(options, &mut request, &decide, log);
+    let failed = |x: Exchange<()>| {
+        Withdrawal::Failed(Submitted {
+            verdict: Verdict::Failed,
+            answer: x.last,
+            attempts: x.attempts,
+            no_answer: x.no_answer,
+            server: options.server.clone(),
+        })
+    };
+    let Some(answer) = x.last.as_ref().filter(|_| x.done.is_some()) else {
+        return failed(x);
+    };
+    let v = answer.json().unwrap_or(Value::Null);
+    match (answer.status, v["command"].as_str(), v["currency"].as_str()) {
+        (200, Some("withdraw"), Some(code)) => match Currency::parse(code) {
+            Ok(c) => Withdrawal::In(c),
+            Err(_) => failed(x),
+        },
+        (200, Some(other), _) => Withdrawal::NotAWithdrawal(other.to_owned()),
+        (404, ..) => Withdrawal::Unknown,
+        _ => failed(x),
+    }
+}
+
+/// `minor` units of `currency` as a person reads them: `1,000.00 RUB`.
+fn money(v: &Value, currency: &str) -> String {
+    let minor = match v {
+        Value::Number(n) => n.as_i64().map(i128::from),
+        // Wide balances are written as strings (ledger::fact::json::wide).
+        Value::String(s) => s.parse::<i128>().ok(),
+        _ => None,
+    };
+    match minor {
+        Some(m) if !currency.is_empty() => money::format(m, currency),
+        Some(m) => m.to_string(),
+        None => "?".to_owned(),
+    }
+}
+
+/// The command an answer is about, in words: `withdraw 3.00 RUB from alice`. A refund's
+/// rejection carries no currency; `currency` is the one the CLI knows.
+fn describe_command(v: &Value, currency: Option<&str>) -> String {
+    let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    let code = v["currency"].as_str().or(currency).unwrap_or_default();
+    let amount = money(&v["amount"], code);
     match s("command").as_str() {
-        "deposit" => format!(
-            "deposit {} {} to {}",
-            s("amount"),
-            s("currency"),
-            s("account")
-        ),
-        "withdraw" => format!(
-            "withdraw {} {} from {}",
-            s("amount"),
-            s("currency"),
-            s("account")
-        ),
-        "refund" => format!("refund {} of withdrawal {}", s("amount"), s("withdrawal")),
+        "deposit" => format!("deposit {amount} to {}", s("account")),
+        "withdraw" => format!("withdraw {amount} from {}", s("account")),
+        "refund" => format!("refund {amount} of withdrawal {}", s("withdrawal")),
         other => other.to_owned(),
     }
 }
 
-/// A receipt a person can read, for every way a submission can end.
-pub fn render(submitted: &Submitted) -> String {
+/// A receipt a person can read, for every way a submission can end. Money is in major
+/// units; `currency` is the refund's, which its rejection does not carry.
+pub fn render(submitted: &Submitted, currency: Option<&str>) -> String {
     let Some(answer) = &submitted.answer else {
-        return format!(
-            "failed: no answer after {} attempts ({})",
-            submitted.attempts,
-            submitted
-                .transport_error
-                .as_deref()
-                .unwrap_or("unknown error")
-        );
+        return no_answer(submitted);
     };
     let v = answer.json().unwrap_or(Value::Null);
-    let s = |k: &str| {
-        v.get(k)
-            .map(|x| x.to_string().trim_matches('"').to_owned())
-            .unwrap_or_default()
+    let s = |k: &str| match &v[k] {
+        Value::String(x) => x.clone(),
+        Value::Null => String::new(),
+        x => x.to_string(),
     };
     match submitted.verdict {
         Verdict::Applied { replayed } => {
+            let code = s("currency");
             let mut out = format!(
-                "{}: {}\n  key      {}\n  seq      {}\n  balance  {} {} {}\n",
+                "{}: {}\n  key      {}\n  seq      {}\n  balance  {} {}\n",
                 if replayed { "replayed" } else { "applied" },
-                describe_command(&v),
+                describe_command(&v, currency),
                 s("key"),
                 s("seq"),
                 s("account"),
-                s("balance"),
-                s("currency"),
+                money(&v["balance"], &code),
             );
             if v.get("refunded_total").is_some() {
-                out.push_str(&format!("  refunded {} in total\n", s("refunded_total")));
+                out.push_str(&format!(
+                    "  refunded {} in total\n",
+                    money(&v["refunded_total"], &code)
+                ));
             }
             out.push_str(&format!("  at       {}", s("created_at")));
             if replayed {
@@ -292,7 +413,7 @@ pub fn render(submitted: &Submitted) -> String {
             if answer.replayed { " (replayed)" } else { "" },
             s("code"),
             s("title"),
-            describe_command(&v),
+            describe_command(&v, currency),
             s("key"),
             s("seq"),
             s("created_at"),
@@ -310,24 +431,51 @@ pub fn render(submitted: &Submitted) -> String {
                 .unwrap_or_default()
         ),
         Verdict::StillInFlight => format!(
-            "still in flight after {} attempts: another request with this key has not \
+            "still in flight after {}: another request with this key has not \
              finished. Retry later with the same key; it will never apply twice.",
-            submitted.attempts
+            count(submitted.attempts, "attempt", "attempts")
         ),
-        Verdict::Invalid | Verdict::Failed => format!(
-            "{}: HTTP {} {}{}",
-            if submitted.verdict == Verdict::Invalid {
-                "invalid"
-            } else {
-                "failed"
-            },
-            answer.status,
-            s("code"),
-            v.get("detail")
-                .and_then(Value::as_str)
-                .map(|d| format!(" - {d}"))
-                .unwrap_or_default()
+        Verdict::Invalid | Verdict::Failed => {
+            let mut out = format!(
+                "{}: HTTP {} {}{}",
+                if submitted.verdict == Verdict::Invalid {
+                    "invalid"
+                } else {
+                    "failed"
+                },
+                answer.status,
+                s("code"),
+                v.get("detail")
+                    .and_then(Value::as_str)
+                    .map(|d| format!(" - {d}"))
+                    .unwrap_or_default()
+            );
+            if answer.status == 401 {
+                out.push_str(
+                    "\n  The worker has tokens: pass your client's secret with --token SECRET, \
+                     or set IDEM_TOKEN.",
+                );
+            }
+            out
+        }
+    }
+}
+
+/// The failure when no attempt got an answer, with what to do about it.
+fn no_answer(submitted: &Submitted) -> String {
+    let attempts = count(submitted.attempts, "attempt", "attempts");
+    match &submitted.no_answer {
+        Some(NoAnswer::NoWorker(e)) => format!(
+            "failed: no worker answers at {} ({e}; {attempts}).\n  \
+             Start one with `inbox-worker serve --db ./idem-data`, or point --server (or \
+             IDEM_SERVER) at yours.",
+            submitted.server
         ),
+        Some(NoAnswer::Lost(e)) => format!(
+            "failed: no answer after {attempts} ({e}). The command may or may not have been \
+             applied: retry with the same key, which applies it at most once."
+        ),
+        None => format!("failed: no answer after {attempts}"),
     }
 }
 

@@ -32,6 +32,7 @@ pub mod api;
 pub mod client;
 pub mod demo;
 pub mod inbox;
+pub mod text;
 pub mod wire;
 
 pub use api::{ApiOptions, Limits, ServeConfig, run_server, serve};

@@ -12,7 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use inbox_worker::api::{ApiOptions, ServeConfig};
 use inbox_worker::client::{self, SubmitOptions};
 use inbox_worker::wire::parse_duration;
-use inbox_worker::{demo, inbox};
+use inbox_worker::{demo, inbox, text};
 use ledger::{Account, Amount, ClientId, Command, Currency, Key, LedgerError, SledStore};
 
 /// mimalloc instead of glibc's malloc: the committer thread allocates what the HTTP
@@ -64,7 +64,8 @@ enum Cmd {
     /// Feed a JSON-lines file of messages through the inbox of a ledger folder.
     #[command(long_about = CONSUME_HELP)]
     Consume(ConsumeArgs),
-    /// Rebuild every projection from the log and check the guarantees; exit 1 on any violation.
+    /// Rebuild the balances and key records from the log and check every guarantee; exit 1
+    /// on any violation.
     Verify {
         /// The ledger folder (stop the worker first: the folder is locked while it runs).
         #[arg(long, required_unless_present = "store", conflicts_with = "store")]
@@ -78,10 +79,20 @@ enum Cmd {
         )]
         store: Option<String>,
     },
-    /// Tell the whole story in one command: a fresh ledger, one withdrawal and its retries, a storm of
+    /// Tell the whole story in one command: one withdrawal and its retries, a storm of
     /// duplicate deliveries, and a verify. Needs nothing installed or running.
+    #[command(
+        long_about = "Tell the whole story in one command: a worker inside this \
+        process on a loopback port, one withdrawal and its retries over HTTP, a storm of \
+        duplicate deliveries, the balances it must leave, and a verify. Needs nothing \
+        installed or running; exit 0 only if every check holds.\n\n\
+        With --db the ledger is kept in that folder. Run again on the same folder, every \
+        command of the story is a retry of a done key: each is answered from the log and \
+        nothing moves again, which the checks then expect."
+    )]
     Demo {
-        /// Keep the demo's ledger in this folder instead of a temporary one.
+        /// Keep the demo's ledger in this folder (created if missing) instead of a
+        /// temporary one. A folder holding other commands than the demo's is refused.
         #[arg(long)]
         db: Option<PathBuf>,
     },
@@ -116,8 +127,14 @@ struct ServeArgs {
     /// Connections to PostgreSQL, with --store. Commands wait for a free one.
     #[arg(long, default_value_t = 16)]
     pg_pool: usize,
-    /// Address to listen on. Without tokens only loopback addresses are allowed.
-    #[arg(long, default_value = "127.0.0.1:7420")]
+    /// Address to listen on (port 0: one the system picks; the worker prints it). Without
+    /// tokens only loopback addresses are allowed.
+    #[arg(
+        long,
+        default_value = "127.0.0.1:7420",
+        env = "IDEM_LISTEN",
+        hide_env_values = true
+    )]
     listen: SocketAddr,
     /// A client and its bearer secret, NAME=SECRET; repeatable. Keys are scoped by client.
     #[arg(long = "token", value_name = "NAME=SECRET")]
@@ -192,13 +209,18 @@ struct ServeArgs {
     max_deliveries: u32,
 }
 
+/// How `submit` reaches the worker, and what it prints. Shown after each command's own
+/// arguments, under their own heading.
 #[derive(Args)]
-struct Common {
-    /// The idempotency key: the same for every retry of this one intent.
-    #[arg(long)]
-    key: String,
+#[command(next_help_heading = "Connection")]
+struct Connection {
     /// The worker's address.
-    #[arg(long, default_value = "http://127.0.0.1:7420", env = "IDEM_SERVER")]
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:7420",
+        env = "IDEM_SERVER",
+        hide_env_values = true
+    )]
     server: String,
     /// Your client's bearer secret (when the worker has tokens).
     #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
@@ -206,9 +228,15 @@ struct Common {
     /// Retries after the first attempt, for transport failures, 5xx and 409.
     #[arg(long, default_value_t = 5)]
     retries: u32,
-    /// Print the server's JSON body instead of the receipt.
+    /// Print the server's JSON body (amounts in minor units) instead of the receipt.
     #[arg(long)]
     json: bool,
+}
+
+/// `submit --via`: publishing to RabbitMQ instead of calling a worker.
+#[derive(Args)]
+#[command(next_help_heading = "Publishing to RabbitMQ instead")]
+struct Publish {
     /// Publish the command to RabbitMQ instead of calling the worker over HTTP, e.g.
     /// amqp://guest:guest@127.0.0.1:5672/%2f. Waits for the broker's confirm; the worker
     /// consuming --queue applies it (the outcome is not known here).
@@ -235,42 +263,68 @@ struct Common {
 enum SubmitCmd {
     /// Put money into an account (its first deposit fixes its currency).
     Deposit {
-        #[command(flatten)]
-        common: Common,
+        /// The idempotency key: the same for every retry of this one intent.
+        #[arg(long)]
+        key: String,
         /// The account: letters, digits, '_', '-', '.', ':' (not starting with '@').
         #[arg(long)]
         account: String,
-        /// Minor units (cents, kopecks): a whole number from 1 to 10^15.
+        /// In major units, as written: 12.50 (at most the currency's decimals).
         #[arg(long)]
-        amount: u64,
+        amount: String,
         /// ISO 4217 code, e.g. RUB.
         #[arg(long)]
         currency: String,
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        publish: Publish,
     },
     /// Take money out of an account; never below zero.
     Withdraw {
-        #[command(flatten)]
-        common: Common,
+        /// The idempotency key: the same for every retry of this one intent.
+        #[arg(long)]
+        key: String,
         /// The account to take the money from.
         #[arg(long)]
         account: String,
-        /// Minor units: a whole number from 1 to 10^15.
+        /// In major units, as written: 12.50 (at most the currency's decimals).
         #[arg(long)]
-        amount: u64,
+        amount: String,
         /// ISO 4217 code; must be the account's currency.
         #[arg(long)]
         currency: String,
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        publish: Publish,
     },
     /// Give back (part of) a withdrawal, named by its key.
+    #[command(
+        long_about = "Give back (part of) a withdrawal, named by its key. The \
+        amount is in the withdrawal's currency: the command reads it from the worker \
+        (GET /v1/keys/{withdrawal}) before sending, and refuses, sending nothing, a key \
+        that holds no withdrawal of this client. All refunds of a withdrawal add up to at \
+        most its amount."
+    )]
     Refund {
-        #[command(flatten)]
-        common: Common,
+        /// The idempotency key of this refund (not the withdrawal's).
+        #[arg(long)]
+        key: String,
         /// The withdrawal's idempotency key.
         #[arg(long)]
         withdrawal: String,
-        /// Minor units; all refunds of a withdrawal add up to at most its amount.
+        /// In major units of the withdrawal's currency: 1.50.
         #[arg(long)]
-        amount: u64,
+        amount: String,
+        /// The withdrawal's currency: checked against it over HTTP; required with --via,
+        /// where no worker is asked.
+        #[arg(long)]
+        currency: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+        #[command(flatten)]
+        publish: Publish,
     },
 }
 
@@ -424,74 +478,61 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + S
     }
 }
 
-fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
-    // Parse, then validate: refuse locally what the server would refuse, with exit 2.
-    let built = match cmd {
-        SubmitCmd::Deposit {
-            common,
-            account,
-            amount,
-            currency,
-        } => movement(&account, amount, &currency).map(|(account, amount, currency)| {
-            let command = Command::Deposit {
-                account,
-                amount,
-                currency,
-            };
-            (common, command)
-        }),
-        SubmitCmd::Withdraw {
-            common,
-            account,
-            amount,
-            currency,
-        } => movement(&account, amount, &currency).map(|(account, amount, currency)| {
-            let command = Command::Withdraw {
-                account,
-                amount,
-                currency,
-            };
-            (common, command)
-        }),
-        SubmitCmd::Refund {
-            common,
-            withdrawal,
-            amount,
-        } => Key::parse(&withdrawal)
-            .map_err(|e| format!("--withdrawal: {e}"))
-            .and_then(|withdrawal| {
-                let amount = Amount::new(amount).map_err(|e| format!("--amount: {e}"))?;
-                Ok((common, Command::Refund { withdrawal, amount }))
-            }),
-    };
-    let (common, command) = match built {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("invalid {e}");
-            return Ok(2);
-        }
-    };
-    let key = match Key::parse(&common.key) {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("invalid --key: {e}");
-            return Ok(2);
-        }
-    };
-    if let Some(url) = &common.via {
-        return publish(url, &common, &key, &command);
+/// A refusal of `submit`'s input, before anything is sent: exit 2.
+struct Invalid(String);
+
+impl<E: std::fmt::Display> From<(&str, E)> for Invalid {
+    fn from((flag, e): (&str, E)) -> Self {
+        Invalid(format!("invalid {flag}: {e}"))
     }
+}
+
+fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
+    let (connection, publish) = match &cmd {
+        SubmitCmd::Deposit {
+            connection,
+            publish,
+            ..
+        }
+        | SubmitCmd::Withdraw {
+            connection,
+            publish,
+            ..
+        }
+        | SubmitCmd::Refund {
+            connection,
+            publish,
+            ..
+        } => (connection, publish),
+    };
     let options = SubmitOptions {
-        server: common.server,
-        token: common.token,
-        retries: common.retries,
+        server: connection.server.clone(),
+        token: connection.token.clone(),
+        retries: connection.retries,
         ..SubmitOptions::default()
     };
-    let submitted = client::submit(&options, &key, &command, &mut |line| eprintln!("{line}"));
-    match (&submitted.answer, common.json) {
+    // Parse, then validate: refuse locally what the server would refuse, with exit 2.
+    let built = match build(&cmd, &options, publish.via.is_some()) {
+        Ok(b) => b,
+        Err(Refused::Invalid(Invalid(why))) => {
+            eprintln!("{why}; nothing was sent");
+            return Ok(2);
+        }
+        Err(Refused::Failed(failed)) => {
+            eprintln!("{}", client::render(&failed, None));
+            return Ok(failed.verdict.exit_code());
+        }
+    };
+    if let Some(url) = &publish.via {
+        return send_to_broker(url, publish, &built);
+    }
+    let submitted = client::submit(&options, &built.key, &built.command, &mut |line| {
+        eprintln!("{line}");
+    });
+    match (&submitted.answer, connection.json) {
         (Some(answer), true) => println!("{}", answer.body),
         _ => {
-            let text = client::render(&submitted);
+            let text = client::render(&submitted, Some(built.currency.as_str()));
             if submitted.verdict.exit_code() == 0 {
                 println!("{text}");
             } else {
@@ -502,42 +543,186 @@ fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
     Ok(submitted.verdict.exit_code())
 }
 
+/// A command ready to send, with the currency its amount was read in.
+struct Built {
+    key: Key,
+    command: Command,
+    currency: Currency,
+}
+
+enum Refused {
+    Invalid(Invalid),
+    /// The worker could not be asked for a refund's withdrawal.
+    Failed(client::Submitted),
+}
+
+impl From<Invalid> for Refused {
+    fn from(i: Invalid) -> Self {
+        Refused::Invalid(i)
+    }
+}
+
+/// Builds the command from the arguments. Amounts are typed in major units and become
+/// minor units here, exactly; a refund's currency is its withdrawal's, which the worker
+/// is asked for (over HTTP) or the user states (`--via`, where no worker is asked).
+fn build(cmd: &SubmitCmd, options: &SubmitOptions, via: bool) -> Result<Built, Refused> {
+    match cmd {
+        SubmitCmd::Deposit {
+            key,
+            account,
+            amount,
+            currency,
+            ..
+        }
+        | SubmitCmd::Withdraw {
+            key,
+            account,
+            amount,
+            currency,
+            ..
+        } => {
+            let key = Key::parse(key).map_err(|e| Invalid::from(("--key", e)))?;
+            let account = Account::parse(account).map_err(|e| Invalid::from(("--account", e)))?;
+            let currency =
+                Currency::parse(currency).map_err(|e| Invalid::from(("--currency", e)))?;
+            let amount = major_units(amount, currency)?;
+            let command = if matches!(cmd, SubmitCmd::Deposit { .. }) {
+                Command::Deposit {
+                    account,
+                    amount,
+                    currency,
+                }
+            } else {
+                Command::Withdraw {
+                    account,
+                    amount,
+                    currency,
+                }
+            };
+            Ok(Built {
+                key,
+                command,
+                currency,
+            })
+        }
+        SubmitCmd::Refund {
+            key,
+            withdrawal,
+            amount,
+            currency,
+            ..
+        } => {
+            let key = Key::parse(key).map_err(|e| Invalid::from(("--key", e)))?;
+            let withdrawal =
+                Key::parse(withdrawal).map_err(|e| Invalid::from(("--withdrawal", e)))?;
+            let stated = currency
+                .as_deref()
+                .map(Currency::parse)
+                .transpose()
+                .map_err(|e| Invalid::from(("--currency", e)))?;
+            let currency = if via {
+                stated.ok_or_else(|| {
+                    Invalid(
+                        "--currency is needed with --via: the amount is read in the \
+                         withdrawal's currency, and no worker is asked for it"
+                            .to_owned(),
+                    )
+                })?
+            } else {
+                withdrawal_currency(options, &withdrawal, stated)?
+            };
+            let amount = major_units(amount, currency)?;
+            Ok(Built {
+                key,
+                command: Command::Refund { withdrawal, amount },
+                currency,
+            })
+        }
+    }
+}
+
+/// The currency of the withdrawal a refund names, as the worker knows it.
+fn withdrawal_currency(
+    options: &SubmitOptions,
+    withdrawal: &Key,
+    stated: Option<Currency>,
+) -> Result<Currency, Refused> {
+    let w = withdrawal.as_str();
+    match client::withdrawal(options, withdrawal, &mut |line| eprintln!("{line}")) {
+        client::Withdrawal::In(currency) => match stated {
+            Some(s) if s != currency => Err(Invalid(format!(
+                "invalid --currency: the withdrawal {w} is in {currency}, not {s}"
+            ))
+            .into()),
+            _ => Ok(currency),
+        },
+        client::Withdrawal::NotAWithdrawal(command) => Err(Invalid(format!(
+            "invalid --withdrawal: the key {w} holds a {command}, not a withdrawal"
+        ))
+        .into()),
+        client::Withdrawal::Unknown => Err(Invalid(format!(
+            "invalid --withdrawal: this client has no key {w} at {}; a refund names the key \
+             of one of its own withdrawals",
+            options.server
+        ))
+        .into()),
+        client::Withdrawal::Failed(failed) => Err(Refused::Failed(failed)),
+    }
+}
+
+/// `--amount` in major units of `currency` as an exact amount of minor units.
+fn major_units(text: &str, currency: Currency) -> Result<Amount, Invalid> {
+    let code = currency.as_str();
+    let minor = money::parse(text, code).map_err(|e| Invalid::from(("--amount", e)))?;
+    Amount::new(minor).map_err(|_| {
+        Invalid(format!(
+            "invalid --amount: at most {}",
+            money::format(i128::from(ledger::domain::AMOUNT_MAX), code)
+        ))
+    })
+}
+
 /// `submit --via amqp://…`: one message, published with a publisher confirm. Exit 0 once
 /// the broker has it durably, 1 if it could not be published, 2 for invalid input.
-fn publish(url: &str, common: &Common, key: &Key, command: &Command) -> anyhow::Result<u8> {
-    let id = common.message_id.as_deref().unwrap_or(key.as_str());
+fn send_to_broker(url: &str, publish: &Publish, built: &Built) -> anyhow::Result<u8> {
+    let key = &built.key;
+    let id = publish.message_id.as_deref().unwrap_or(key.as_str());
     let message_id = match ledger::MessageId::parse(id) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("invalid --message-id: {e}");
+            eprintln!("invalid --message-id: {e}; nothing was sent");
             return Ok(2);
         }
     };
-    let client = match common.client.as_deref().map(ClientId::parse).transpose() {
+    let client = match publish.client.as_deref().map(ClientId::parse).transpose() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("invalid --client: {e}");
+            eprintln!("invalid --client: {e}; nothing was sent");
             return Ok(2);
         }
     };
-    let body = inbox_worker::inbox::amqp::message_body(&message_id, client.as_ref(), key, command);
+    let body =
+        inbox_worker::inbox::amqp::message_body(&message_id, client.as_ref(), key, &built.command);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     match runtime.block_on(inbox_worker::inbox::amqp::publish(
         url,
-        &common.queue,
+        &publish.queue,
         [body],
     )) {
         Ok(_) => {
             println!(
                 "published: {} {} (key {}, message {}) to queue {}; confirmed by the broker",
-                command.name(),
-                command.amount().units(),
+                built.command.name(),
+                money::format(
+                    i128::from(built.command.amount().units()),
+                    built.currency.as_str()
+                ),
                 key.as_str(),
                 message_id.as_str(),
-                common.queue
+                publish.queue
             );
             Ok(0)
         }
@@ -549,18 +734,6 @@ fn publish(url: &str, common: &Common, key: &Key, command: &Command) -> anyhow::
             Ok(1)
         }
     }
-}
-
-fn movement(
-    account: &str,
-    amount: u64,
-    currency: &str,
-) -> Result<(Account, Amount, Currency), String> {
-    Ok((
-        Account::parse(account).map_err(|e| format!("--account: {e}"))?,
-        Amount::new(amount).map_err(|e| format!("--amount: {e}"))?,
-        Currency::parse(currency).map_err(|e| format!("--currency: {e}"))?,
-    ))
 }
 
 fn consume(args: ConsumeArgs) -> anyhow::Result<u8> {
@@ -648,7 +821,7 @@ fn verify_pg(url: &str) -> anyhow::Result<u8> {
         let report = store.verify().await;
         store.shutdown().await;
         let report = report?;
-        println!("{report}");
+        println!("{}", text::verify_summary(&report));
         let _ = std::io::stdout().flush();
         Ok(if report.ok() { 0 } else { 1 })
     })
@@ -666,7 +839,7 @@ fn verify(db: &Path) -> anyhow::Result<u8> {
     let report = ledger.blocking().verify();
     ledger.blocking().shutdown();
     let report = report?;
-    println!("{report}");
+    println!("{}", text::verify_summary(&report));
     let _ = std::io::stdout().flush();
     Ok(if report.ok() { 0 } else { 1 })
 }

@@ -22,10 +22,15 @@ const TICK: Duration = Duration::from_millis(250);
 #[command(name = "ledger-tui", version)]
 struct Args {
     /// The worker's address.
-    #[arg(long, default_value = "http://127.0.0.1:7420")]
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:7420",
+        env = "IDEM_SERVER",
+        hide_env_values = true
+    )]
     server: String,
     /// Admin bearer secret, for a worker started with tokens.
-    #[arg(long, env = "LEDGER_TUI_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "IDEM_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// No colours (as does a non-empty NO_COLOR).
     #[arg(long)]

@@ -10,6 +10,7 @@ use indicatif::ProgressBar;
 use ledger::{ClientId, LedgerError, Outcome, Store};
 
 use super::{DeadReason, Disposition, Retry};
+use crate::text::count;
 
 /// The longest line read whole; longer ones are quarantined by their first bytes.
 pub const LINE_MAX_BYTES: usize = 1024 * 1024;
@@ -42,12 +43,11 @@ impl std::fmt::Display for Summary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "{} messages: {} applied, {} rejected (outcome stored), {} duplicates absorbed, \
-             {} quarantined",
-            self.messages,
+            "{}: {} applied, {} rejected (outcome stored), {}, {} quarantined",
+            count(self.messages, "message", "messages"),
             self.applied,
             self.rejected,
-            self.duplicates,
+            count(self.duplicates, "duplicate absorbed", "duplicates absorbed"),
             self.quarantined.len()
         )?;
         for q in &self.quarantined {

@@ -702,6 +702,110 @@ async fn amqp_refused_credentials_fail_at_once() {
     close(db, store).await;
 }
 
+/// `submit --via` takes amounts in major units like the HTTP path, and publishes minor
+/// units: 12.50 RUB is `"amount":1250` on the queue. A refund states its currency, since
+/// no worker is asked for its withdrawal's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_via_publishes_minor_units() {
+    let Some(url) = broker().await else { return };
+    let (opts, _cleanup) = options(&url, "via");
+    let queue = opts.queue.as_str();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(crate::support::bin())
+            .arg("submit")
+            .args(args)
+            .args(["--via", &url, "--queue", queue])
+            .env_remove("IDEM_VIA")
+            .output()
+            .unwrap()
+    };
+    let out = cli(&[
+        "deposit",
+        "--key",
+        "via-1",
+        "--account",
+        "alice",
+        "--amount",
+        "12.50",
+        "--currency",
+        "RUB",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with(&format!(
+            "published: deposit 12.50 RUB (key via-1, message via-1) to queue {queue}"
+        )),
+        "{text}"
+    );
+    let out = cli(&[
+        "refund",
+        "--key",
+        "via-2",
+        "--withdrawal",
+        "w-1",
+        "--amount",
+        "1.5",
+        "--currency",
+        "RUB",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(&[
+        "deposit",
+        "--key",
+        "via-3",
+        "--account",
+        "alice",
+        "--amount",
+        "1.505",
+        "--currency",
+        "RUB",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    let conn = Connection::connect(&url, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    let mut commands = Vec::new();
+    while let Some(m) = ch
+        .basic_get(queue, BasicGetOptions::default())
+        .await
+        .unwrap()
+    {
+        let body: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+        m.delivery
+            .acker
+            .ack(BasicAckOptions::default())
+            .await
+            .unwrap();
+        commands.push(body["command"].clone());
+    }
+    let _ = conn.close(200, "drained").await;
+    assert_eq!(
+        commands,
+        [
+            serde_json::json!({"type": "deposit", "account": "alice", "amount": 1250, "currency": "RUB"}),
+            serde_json::json!({"type": "refund", "withdrawal": "w-1", "amount": 150}),
+        ]
+    );
+}
+
 /// `rabbitmqctl` as root, or `None` where it cannot run.
 fn rabbitmqctl(args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("rabbitmqctl")

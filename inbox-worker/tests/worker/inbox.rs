@@ -199,7 +199,7 @@ fn inbox_reads_standard_input_and_shares_keys_with_http() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(
-        text.contains("0 applied, 0 rejected (outcome stored), 1 duplicates absorbed"),
+        text.contains("1 message: 0 applied, 0 rejected (outcome stored), 1 duplicate absorbed,"),
         "{text}"
     );
 }

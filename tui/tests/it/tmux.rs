@@ -54,7 +54,7 @@ fn dashboard_follows_a_real_worker_in_tmux() {
         "--account",
         "alice",
         "--amount",
-        "1000",
+        "10",
         "--currency",
         "RUB",
     ]);
@@ -66,14 +66,14 @@ fn dashboard_follows_a_real_worker_in_tmux() {
         "--account",
         "alice",
         "--amount",
-        "300",
+        "3",
         "--currency",
         "RUB",
     ];
     assert_exit(&cli(&withdraw), 0, "applied:");
     assert_exit(&cli(&withdraw), 0, "replayed:");
     let mut other_amount = withdraw;
-    other_amount[6] = "250";
+    other_amount[6] = "2.50";
     assert_exit(&cli(&other_amount), 5, "");
 
     // Overview: two keys done, one duplicate absorbed, one 422 reused-key conflict.
@@ -543,7 +543,7 @@ impl Tmux {
             .args(["-f", "/dev/null"])
             .args(args)
             // The dashboard would send this token; the worker here has none.
-            .env_remove("LEDGER_TUI_TOKEN")
+            .env_remove("IDEM_ADMIN_TOKEN")
             .env_remove("NO_COLOR")
             .output()
             .unwrap()
