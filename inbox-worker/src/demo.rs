@@ -1,8 +1,14 @@
-//! `demo`: the whole story in one command, needing nothing installed or running. A fresh
-//! ledger in a temporary folder, a real worker on a loopback port inside this process,
-//! one withdrawal and its retries over HTTP, then a storm of at-least-once deliveries, a summary,
-//! and `verify`.
+//! `demo`: the whole story in one command, needing nothing installed or running. A ledger
+//! in a temporary folder (or the one `--db` names), a real worker on a loopback port inside
+//! this process, one withdrawal and its retries over HTTP, then a storm of at-least-once
+//! deliveries, a summary, and `verify`.
+//!
+//! Every key of the story is fixed, so the story can be told again on a kept folder: each
+//! command is then a retry of a done key, answered from the log, and the checks expect the
+//! effects only of the keys the folder did not hold yet. The balances the story leaves are
+//! the same however often it is told.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Barrier};
@@ -14,6 +20,32 @@ use ledger::{Account, ClientId, Command, Currency, Key, MessageId, SledStore, Su
 use serde_json::Value;
 
 use crate::api::{ApiOptions, serve};
+use crate::text::count;
+
+/// The demo's one currency, and amounts written in it.
+const RUB: &str = "RUB";
+
+fn rub(minor: impl Into<i128>) -> String {
+    money::format(minor.into(), RUB)
+}
+
+/// Every key the story uses, all of the client `default`; those after `dep-bob` are the
+/// storm's. The same key for another amount (`ord-1` for 999) is refused and stores
+/// nothing.
+fn story_keys() -> Vec<String> {
+    let mut keys: Vec<String> = ["dep-alice", "req-7f3a", "req-91bc", "dep-bob"]
+        .map(str::to_owned)
+        .into();
+    keys.extend((1..=20).map(|i| format!("ord-{i}")));
+    keys.extend((0..10).map(|i| format!("click-{i}")));
+    keys.push("crowd-0".to_owned());
+    keys.extend((1..=15).map(|i| format!("pay-{i}")));
+    keys.push("refund-ord-1".to_owned());
+    keys
+}
+
+/// The keys of the story's first part, before the storm.
+const FIRST_PART_KEYS: usize = 3;
 
 /// What the client saw, over the whole demo.
 #[derive(Debug, Default, Clone, Copy)]
@@ -102,7 +134,19 @@ pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
     let path = db.map_or_else(|| temp.path().join("ledger"), Path::to_path_buf);
     let mut config = ledger::SledConfig::new(&path);
     config.cache_capacity_bytes = 16 * 1024 * 1024;
-    let (ledger, _) = SledStore::open(config).context("opening the demo ledger")?;
+    let (ledger, _) = SledStore::open(config)
+        .with_context(|| format!("opening the demo's ledger at {}", path.display()))?;
+    let done = match keys_done(&ledger) {
+        Ok(done) => done,
+        Err(e) => {
+            ledger.blocking().shutdown();
+            return Err(e.context(format!(
+                "{} holds other commands than the demo's: nothing was sent. Give --db an \
+                 empty folder, or one an earlier demo kept",
+                path.display()
+            )));
+        }
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -126,7 +170,8 @@ pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
             .into(),
         base: format!("http://{addr}"),
     };
-    let result = story(&ledger, &client, &addr.to_string(), out);
+    let result = introduce(out, db, &addr.to_string(), done.len())
+        .and_then(|()| story(&ledger, &client, &done, out));
     let _ = stop.send(());
     let _ = runtime.block_on(server);
     drop(runtime);
@@ -134,7 +179,7 @@ pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
     ledger.blocking().shutdown();
     let ok = result?;
     let report = verified?;
-    writeln!(out, "\nverify: {report}")?;
+    writeln!(out, "\nverify: {}", crate::text::verify_summary(&report))?;
     if report.ok() && ok {
         writeln!(
             out,
@@ -142,25 +187,93 @@ pub fn run(db: Option<&Path>, out: &mut dyn Write) -> anyhow::Result<bool> {
              repeat, no overdraft, and the log explains every balance."
         )?;
     }
+    if let Some(db) = db {
+        writeln!(
+            out,
+            "\nThe ledger is kept in {}: `inbox-worker serve --db {}` serves it, \
+             `inbox-worker verify --db {}` checks it.",
+            db.display(),
+            db.display(),
+            db.display()
+        )?;
+    }
     Ok(report.ok() && ok)
+}
+
+/// The story's keys the ledger already holds; an error naming the first fact that is not
+/// the story's, since the checks could not tell its effects from the story's.
+fn keys_done(ledger: &SledStore) -> anyhow::Result<HashSet<String>> {
+    let story: HashSet<String> = story_keys().into_iter().collect();
+    let default = ClientId::default_client();
+    let mut done = HashSet::new();
+    let mut after = 0;
+    loop {
+        let facts = ledger.blocking().facts(after, 1000)?;
+        let Some(last) = facts.last() else {
+            return Ok(done);
+        };
+        after = last.seq;
+        for fact in &facts {
+            let key = fact.key.as_str();
+            if fact.client != default || !story.contains(key) {
+                anyhow::bail!(
+                    "fact {} is key {key} of client {}",
+                    fact.seq,
+                    fact.client.as_str()
+                );
+            }
+            done.insert(key.to_owned());
+        }
+    }
+}
+
+/// Where the story is told, and whether it is told again.
+fn introduce(
+    out: &mut dyn Write,
+    db: Option<&Path>,
+    addr: &str,
+    done: usize,
+) -> anyhow::Result<()> {
+    match db {
+        None => writeln!(
+            out,
+            "Idem demo: a fresh ledger in a temporary folder (deleted at the end), served \
+             at http://{addr} inside this process.\n"
+        )?,
+        Some(db) => writeln!(
+            out,
+            "Idem demo: the ledger in {} (kept), served at http://{addr} inside this \
+             process.\n",
+            db.display()
+        )?,
+    }
+    if done > 0 {
+        writeln!(
+            out,
+            "This ledger already holds {} of the story's {}, from an earlier demo: each is \
+             sent again as a retry of a done key, answered from the log with its first \
+             answer (the balance as it was then), and nothing moves again.\n",
+            count(u64::try_from(done).unwrap_or(u64::MAX), "key", "keys"),
+            story_keys().len()
+        )?;
+    }
+    Ok(())
 }
 
 fn story(
     ledger: &SledStore,
     client: &Client,
-    addr: &str,
+    done: &HashSet<String>,
     out: &mut dyn Write,
 ) -> anyhow::Result<bool> {
     writeln!(
         out,
-        "Idem demo: a fresh ledger in a temporary folder, served at http://{addr} \
-         inside this process.\n"
+        "1. One withdrawal and its retries: alice has {}; a client withdraws {} with key \
+         req-7f3a, loses the answer, and retries twice with the same key.",
+        rub(100_000),
+        rub(30_000)
     )?;
-    writeln!(
-        out,
-        "1. One withdrawal and its retries: alice has 1000; a client withdraws 300 with key req-7f3a, \
-         loses the answer, and retries twice with the same key."
-    )?;
+    let seq_start = ledger.durable_seq();
     let mut tally = Tally::default();
     one_withdrawal_retried(client, out, &mut tally)?;
     writeln!(out, "2. A storm of at-least-once deliveries:")?;
@@ -171,7 +284,19 @@ fn story(
     broker_redeliveries(ledger, client, out, &mut tally)?;
     let bug = same_key_other_body(client, out, &mut tally)?;
     retried_refund(client, out, &mut tally)?;
-    summary(ledger, out, &tally, seq_before, &bug)
+    let new_in_storm = story_keys()
+        .iter()
+        .skip(FIRST_PART_KEYS)
+        .filter(|k| !done.contains(*k))
+        .count();
+    summary(
+        ledger,
+        out,
+        &tally,
+        (seq_start, seq_before),
+        u64::try_from(new_in_storm).unwrap_or(u64::MAX),
+        &bug,
+    )
 }
 
 /// 1. One withdrawal, its answer lost, retried twice with the same key; then a new key.
@@ -180,7 +305,7 @@ fn one_withdrawal_retried(
     out: &mut dyn Write,
     tally: &mut Tally,
 ) -> anyhow::Result<()> {
-    let r = client.deposit("dep-alice", "alice", 1000)?;
+    let r = client.deposit("dep-alice", "alice", 100_000)?;
     tally.count(&r);
     let note = |r: &Reply| {
         if r.replayed {
@@ -189,23 +314,28 @@ fn one_withdrawal_retried(
             "first execution"
         }
     };
+    let balance = |r: &Reply| {
+        r.body["balance"]
+            .as_i64()
+            .map_or_else(|| "?".to_owned(), rub)
+    };
     for attempt in 1..=3 {
-        let r = client.withdraw("req-7f3a", "alice", 300)?;
+        let r = client.withdraw("req-7f3a", "alice", 30_000)?;
         tally.count(&r);
         writeln!(
             out,
             "   attempt {attempt}: {:<32} balance={}",
             note(&r),
-            r.body["balance"]
+            balance(&r)
         )?;
     }
-    let r = client.withdraw("req-91bc", "alice", 200)?;
+    let r = client.withdraw("req-91bc", "alice", 20_000)?;
     tally.count(&r);
     writeln!(
         out,
         "   new key:   {:<32} balance={}",
         note(&r),
-        r.body["balance"]
+        balance(&r)
     )?;
     writeln!(
         out,
@@ -254,7 +384,7 @@ fn concurrent_duplicates(
     writeln!(
         out,
         "   {:<22}{:<40}-> {} executed, {} replayed, {} told 409 in flight",
-        "concurrent twins:",
+        "concurrent copies:",
         "1 key from 32 threads at once",
         crowd.first,
         crowd.replays,
@@ -356,7 +486,7 @@ fn same_key_other_body(
         out,
         "   {:<22}{:<40}-> {} {}",
         "same key, other body:",
-        "ord-1 for 999 instead of 100",
+        format!("ord-1 for {} instead of {}", rub(999), rub(100)),
         bug.status,
         bug.body["code"].as_str().unwrap_or("?")
     )?;
@@ -384,12 +514,15 @@ fn retried_refund(client: &Client, out: &mut dyn Write, tally: &mut Tally) -> an
     Ok(())
 }
 
-/// The summary line and the checks of the storm; whether every check held.
+/// The summary line and the checks of the storm; whether every check held. `seqs` are the
+/// last seq before the story and before the storm; `new_in_storm` the storm's keys this
+/// ledger did not hold yet, each of which must make one effect.
 fn summary(
     ledger: &SledStore,
     out: &mut dyn Write,
     tally: &Tally,
-    seq_before: u64,
+    (seq_start, seq_before): (u64, u64),
+    new_in_storm: u64,
     bug: &Reply,
 ) -> anyhow::Result<bool> {
     let mut ok = true;
@@ -398,44 +531,52 @@ fn summary(
         ok &= holds;
         Ok(())
     };
-    let effects = ledger.durable_seq() - seq_before;
-    let bob = ledger
-        .blocking()
-        .account(&Account::parse("bob")?)
-        .and_then(|per| per.values().next().copied())
-        .unwrap_or(0);
-    let carol = ledger
-        .blocking()
-        .account(&Account::parse("carol")?)
-        .and_then(|per| per.values().next().copied())
-        .unwrap_or(0);
+    let balance = |account: &str| -> anyhow::Result<i128> {
+        Ok(ledger
+            .blocking()
+            .account(&Account::parse(account)?)
+            .and_then(|per| per.values().next().copied())
+            .unwrap_or(0))
+    };
+    let (alice, bob, carol) = (balance("alice")?, balance("bob")?, balance("carol")?);
+    let seq_end = ledger.durable_seq();
+    let effects = seq_end - seq_before;
     writeln!(
         out,
-        "\nSummary: {} deliveries, {} effects, {} replays, {} conflicts \
-         ({} in flight, {} reused key)",
-        tally.deliveries,
-        ledger.durable_seq(),
-        tally.replays,
-        tally.in_flight + tally.reused,
+        "\nSummary: {}, {}, {}, {} ({} in flight, {})",
+        count(tally.deliveries, "delivery", "deliveries"),
+        count(seq_end - seq_start, "effect", "effects"),
+        count(tally.replays, "replay", "replays"),
+        count(tally.in_flight + tally.reused, "conflict", "conflicts"),
         tally.in_flight,
-        tally.reused
+        count(tally.reused, "reused key", "reused keys"),
     )?;
-    // bob: 100000 - 20 orders x 100 - 11 keys x 50 + one refund of 100.
+    // What the story leaves, however often it was told: alice 1000.00 - 300.00 - 200.00;
+    // bob 1000.00 - 20 orders x 1.00 - 11 keys x 0.50 + one refund of 1.00; carol 15 x 10.00.
+    for (name, is, expected) in [
+        ("alice", alice, 50_000),
+        ("bob", bob, 97_550),
+        ("carol", carol, 15_000),
+    ] {
+        check(
+            out,
+            &format!(
+                "{name}'s balance is {} (expected {})",
+                rub(is),
+                rub(expected)
+            ),
+            is == expected,
+        )?;
+    }
+    // One effect per key the ledger did not hold yet: on a fresh ledger 1 deposit + 20
+    // orders + 11 burst keys + 15 payments + 1 refund; none when the story is told again.
     check(
         out,
-        &format!("bob's balance is {bob} (expected 97550)"),
-        bob == 97_550,
-    )?;
-    check(
-        out,
-        &format!("carol's balance is {carol} (expected 15000)"),
-        carol == 15_000,
-    )?;
-    // 1 deposit + 20 orders + 11 burst keys + 15 payments + 1 refund.
-    check(
-        out,
-        &format!("{effects} effects in the storm (expected 48)"),
-        effects == 48,
+        &format!(
+            "{} in the storm (expected {new_in_storm}: one per new key)",
+            count(effects, "effect", "effects")
+        ),
+        effects == new_in_storm,
     )?;
     check(out, "the reused key changed nothing", bug.status == 422)?;
     Ok(ok)
