@@ -96,19 +96,25 @@ pub enum NoAnswer {
 impl NoAnswer {
     fn of(e: &ureq::Error) -> NoAnswer {
         use std::io::ErrorKind;
-        let refused = match e {
-            ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
-            ureq::Error::Io(io) => matches!(
-                io.kind(),
-                ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable
-            ),
-            ureq::Error::Timeout(t) => matches!(t, ureq::Timeout::Resolve | ureq::Timeout::Connect),
-            _ => false,
+        let nobody = match e {
+            ureq::Error::ConnectionFailed => Some("connection failed".to_owned()),
+            ureq::Error::HostNotFound => Some("host not found".to_owned()),
+            ureq::Error::Io(io)
+                if matches!(
+                    io.kind(),
+                    ErrorKind::ConnectionRefused | ErrorKind::AddrNotAvailable
+                ) =>
+            {
+                Some(io.kind().to_string())
+            }
+            ureq::Error::Timeout(ureq::Timeout::Resolve | ureq::Timeout::Connect) => {
+                Some("no answer to connecting".to_owned())
+            }
+            _ => None,
         };
-        if refused {
-            NoAnswer::NoWorker(e.to_string())
-        } else {
-            NoAnswer::Lost(e.to_string())
+        match nobody {
+            Some(why) => NoAnswer::NoWorker(why),
+            None => NoAnswer::Lost(e.to_string()),
         }
     }
 }

@@ -17,6 +17,7 @@ mod openapi;
 mod postgres;
 mod raw;
 mod support;
+mod tour;
 
 #[test]
 fn demo_tells_the_story() {
