@@ -159,7 +159,8 @@ struct ServeArgs {
     /// The ledger's page cache, in MiB.
     #[arg(long, default_value_t = 64)]
     cache_mb: u64,
-    /// How long a repeat waits for its in-flight twin before answering 409.
+    /// How long a repeat waits for an attempt of its key still in flight before answering
+    /// 409.
     #[arg(long, default_value = "20ms", value_parser = parse_duration)]
     in_flight_wait: Duration,
     /// How often the sweeper runs (default: the smaller of 5s and half the retention).

@@ -305,3 +305,55 @@ fn submit_retries_until_the_worker_is_back() {
     assert!(r.replayed);
     assert_eq!(http.balance("lee"), 750);
 }
+
+/// The help a person reads: no values of environment variables (set or not), each
+/// command's own arguments before the connection's, and no words of the code.
+#[test]
+fn help_texts_put_the_command_first_and_show_no_env_values() {
+    let help = |args: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .args(args)
+            .env("IDEM_TOKEN", "s3cret-in-env")
+            .env_remove("IDEM_SERVER")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let mut all = String::new();
+    for command in [
+        "serve", "submit", "consume", "verify", "demo", "deposit", "withdraw", "refund",
+    ] {
+        let args: Vec<&str> = match command {
+            "deposit" | "withdraw" | "refund" => vec!["submit", command],
+            _ => vec![command],
+        };
+        for flag in ["-h", "--help"] {
+            let mut a = args.clone();
+            a.push(flag);
+            all.push_str(&help(&a));
+        }
+    }
+    all.push_str(&help(&["--help"]));
+    assert!(all.contains("[env: IDEM_SERVER]"), "{all}");
+    assert!(all.contains("[env: IDEM_LISTEN]"), "{all}");
+    for hidden in ["=]", "s3cret-in-env"] {
+        assert!(!all.contains(hidden), "{hidden:?} in the help:\n{all}");
+    }
+    for internal in ["twin", "projection", "seed"] {
+        assert!(
+            !all.to_lowercase().contains(internal),
+            "{internal:?} in the help:\n{all}"
+        );
+    }
+    let withdraw = help(&["submit", "withdraw", "--help"]);
+    let at = |flag: &str| {
+        withdraw
+            .find(flag)
+            .unwrap_or_else(|| panic!("no {flag} in\n{withdraw}"))
+    };
+    assert!(at("--key") < at("--account"), "{withdraw}");
+    assert!(at("--currency") < at("Connection:"), "{withdraw}");
+    assert!(at("Connection:") < at("--server"), "{withdraw}");
+    assert!(at("--server") < at("--via"), "{withdraw}");
+}
