@@ -413,17 +413,41 @@ pub fn render(submitted: &Submitted, currency: Option<&str>) -> String {
             }
             out
         }
-        Verdict::Rejected => format!(
-            "rejected{}: {} - {}\n  {}\n  key      {}\n  seq      {}\n  at       {}\n  \
-             (the rejection is final for this key; a retry gets the same answer)",
-            if answer.replayed { " (replayed)" } else { "" },
-            s("code"),
-            s("title"),
-            describe_command(&v, currency),
-            s("key"),
-            s("seq"),
-            s("created_at"),
-        ),
+        Verdict::Rejected => {
+            let code = v["currency"].as_str().or(currency).unwrap_or_default();
+            // The figure the rejection was decided on, when the answer carries one: in
+            // major units here, where its `detail` sentence counts minor units.
+            let mut figures = String::new();
+            if !v["balance"].is_null() {
+                figures.push_str(&format!(
+                    "  balance  {} {}\n",
+                    s("account"),
+                    money(&v["balance"], code)
+                ));
+            }
+            if !v["refundable"].is_null() {
+                figures.push_str(&format!(
+                    "  left     {} of withdrawal {} to refund\n",
+                    money(&v["refundable"], code),
+                    s("withdrawal")
+                ));
+            }
+            if let Some(held) = v["account_currency"].as_str() {
+                figures.push_str(&format!("  account  {} holds {held}\n", s("account")));
+            }
+            format!(
+                "rejected{}: {} - {}\n  {}\n{figures}  key      {}\n  seq      {}\n  \
+                 at       {}\n  (the rejection is final for this key; a retry gets the same \
+                 answer)",
+                if answer.replayed { " (replayed)" } else { "" },
+                s("code"),
+                s("title"),
+                describe_command(&v, currency),
+                s("key"),
+                s("seq"),
+                s("created_at"),
+            )
+        }
         Verdict::KeyReused => format!(
             "refused: idempotency_key_reused - this key was used for another command \
              (differs: {}); nothing changed. Use a new key for a new command.",
@@ -528,5 +552,84 @@ mod tests {
             assert!(d >= exp / 2);
         }
         assert!(backoff(&o, 1, Some(Duration::from_secs(1))) >= Duration::from_secs(1));
+    }
+
+    fn rendered(status: u16, body: serde_json::Value, currency: Option<&str>) -> String {
+        let answer = answer(status, &body.to_string());
+        let verdict = match classify(&answer) {
+            Step::Done(v) => v,
+            Step::Retry => Verdict::StillInFlight,
+        };
+        render(
+            &Submitted {
+                verdict,
+                answer: Some(answer),
+                attempts: 1,
+                no_answer: None,
+                server: String::new(),
+            },
+            currency,
+        )
+    }
+
+    /// Receipts speak major units, whatever the answer counts in; a rejection's figure
+    /// too, and a refund's rejection, which carries no currency, in the one the CLI read.
+    #[test]
+    fn receipts_show_money_in_major_units() {
+        let applied = rendered(
+            201,
+            serde_json::json!({"command": "withdraw", "account": "alice", "amount": 30_000,
+                "currency": "RUB", "key": "w-1", "seq": 2, "balance": 70_000,
+                "created_at": "2026-12-01T00:00:00.000Z"}),
+            None,
+        );
+        assert!(
+            applied.starts_with(
+                "applied: withdraw 300.00 RUB from alice\n  key      w-1\n  seq      2\n  \
+                 balance  alice 700.00 RUB\n"
+            ),
+            "{applied}"
+        );
+        let poor = rendered(
+            422,
+            serde_json::json!({"code": "insufficient_funds", "title": "Insufficient funds",
+                "command": "withdraw", "account": "alice", "amount": 123_456_789,
+                "currency": "KWD", "balance": 1_500, "key": "w-2", "seq": 3,
+                "created_at": "2026-12-01T00:00:00.000Z"}),
+            None,
+        );
+        assert!(
+            poor.starts_with(
+                "rejected: insufficient_funds - Insufficient funds\n  withdraw 123,456.789 KWD \
+                 from alice\n  balance  alice 1.500 KWD\n  key      w-2\n"
+            ),
+            "{poor}"
+        );
+        let refund = rendered(
+            422,
+            serde_json::json!({"code": "refund_exceeds_withdrawal", "title": "Too much",
+                "command": "refund", "withdrawal": "w-1", "amount": 500, "refundable": 200,
+                "key": "r-1", "seq": 4, "created_at": "2026-12-01T00:00:00.000Z"}),
+            Some("JPY"),
+        );
+        assert!(
+            refund.contains(
+                "  refund 500 JPY of withdrawal w-1\n  left     200 JPY of withdrawal w-1 \
+                 to refund\n"
+            ),
+            "{refund}"
+        );
+        let other = rendered(
+            422,
+            serde_json::json!({"code": "currency_mismatch", "title": "Currency mismatch",
+                "command": "deposit", "account": "alice", "amount": 100, "currency": "EUR",
+                "account_currency": "RUB", "key": "d-2", "seq": 5,
+                "created_at": "2026-12-01T00:00:00.000Z"}),
+            None,
+        );
+        assert!(
+            other.contains("  deposit 1.00 EUR to alice\n  account  alice holds RUB\n"),
+            "{other}"
+        );
     }
 }
