@@ -172,11 +172,13 @@ struct Exchange<T> {
 
 /// Sends `request` until `decide` is done with an answer or the retries run out. Every
 /// attempt without an answer is retried: the request may or may not have reached the
-/// server, and only a retry (with the same key, for a command) can tell, safely.
+/// server, and only a retry (with the same key, for a command) can tell, safely. `log`
+/// hears of each retry, `retrying` saying what the retry is.
 fn exchange<T>(
     options: &SubmitOptions,
     request: &mut dyn FnMut(&ureq::Agent) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     decide: &dyn Fn(&Answer) -> Step<T>,
+    retrying: &str,
     log: &mut dyn FnMut(&str),
 ) -> Exchange<T> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -234,7 +236,7 @@ fn exchange<T>(
         }
         let delay = backoff(options, attempt, last.as_ref().and_then(|a| a.retry_after));
         log(&format!(
-            "attempt {attempt}: {why}; retrying in {} ms with the same key",
+            "attempt {attempt}: {why}; {retrying} in {} ms",
             delay.as_millis()
         ));
         std::thread::sleep(delay);
@@ -269,7 +271,13 @@ pub fn submit(
         }
         request.send(body.as_str())
     };
-    let x = exchange(options, &mut request, &classify, log);
+    let x = exchange(
+        options,
+        &mut request,
+        &classify,
+        "retrying with the same key",
+        log,
+    );
     let verdict = x.done.unwrap_or(match &x.last {
         Some(a) if a.status == 409 => Verdict::StillInFlight,
         _ => Verdict::Failed,
@@ -319,11 +327,11 @@ pub fn withdrawal(options: &SubmitOptions, key: &Key, log: &mut dyn FnMut(&str))
         request.call()
     };
     let decide = |a: &Answer| match a.status {
-        200 | 404 => Step::Done(()),
         500..=599 => Step::Retry,
         _ => Step::Done(()),
     };
-    let x = exchange(options, &mut request, &decide, log);
+    let retrying = format!("asking again for the withdrawal {}", key.as_str());
+    let x = exchange(options, &mut request, &decide, &retrying, log);
     let failed = |x: Exchange<()>| {
         Withdrawal::Failed(Submitted {
             verdict: Verdict::Failed,

@@ -162,6 +162,8 @@ fn refund_amounts_are_read_in_the_withdrawals_currency() {
         "withdraw --key w-jpy --account kenji --amount 1500 --currency JPY",
         "deposit --key d-kwd --account fahad --amount 10.5 --currency KWD",
         "withdraw --key w-kwd --account fahad --amount 2.125 --currency KWD",
+        // A key is any visible ASCII: the lookup escapes it in the path.
+        "withdraw --key w/1%3F?#x --account kenji --amount 10 --currency JPY",
     ] {
         let (code, out, err) = shop(line);
         assert_eq!(code, 0, "{line}: {out}{err}");
@@ -172,7 +174,10 @@ fn refund_amounts_are_read_in_the_withdrawals_currency() {
         out.starts_with("applied: refund 100 JPY of withdrawal w-jpy"),
         "{out}"
     );
-    assert!(out.contains("balance  kenji 3,600 JPY"), "{out}");
+    assert!(out.contains("balance  kenji 3,590 JPY"), "{out}");
+    let (code, out, err) = shop("refund --key r-odd --withdrawal w/1%3F?#x --amount 10");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("refunded 10 JPY in total"), "{out}");
     let (code, out, err) = shop("refund --key r-kwd --withdrawal w-kwd --amount 1.250 --json");
     assert_eq!(code, 0, "{err}");
     let json: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -227,7 +232,7 @@ fn refund_amounts_are_read_in_the_withdrawals_currency() {
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--currency is needed with --via"), "{err}");
-    assert_eq!(http.last_seq(), 6);
+    assert_eq!(http.last_seq(), 8);
 }
 
 #[test]
@@ -251,7 +256,11 @@ fn submit_gives_up_with_exit_1_when_nobody_answers() {
         ],
     );
     assert_eq!(code, 1, "{err}");
-    assert_eq!(err.matches("retrying in").count(), 2, "{err}");
+    assert_eq!(
+        err.matches("retrying with the same key in").count(),
+        2,
+        "{err}"
+    );
     assert!(
         err.contains("failed: no worker answers at http://127.0.0.1:1 (")
             && err.contains("3 attempts")
@@ -294,7 +303,7 @@ fn submit_retries_until_the_worker_is_back() {
     });
     // The first attempt fails while the worker is down; then it comes back.
     let line = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-    assert!(line.contains("retrying in"), "{line}");
+    assert!(line.contains("retrying with the same key in"), "{line}");
     let w = Worker::start_on(&db, &format!("127.0.0.1:{port}"), &[]);
     let status = wait_timeout(&mut child, Duration::from_secs(60));
     assert_eq!(status.code(), Some(0));
