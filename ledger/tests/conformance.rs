@@ -618,6 +618,7 @@ async fn verify_holds_and_counts(env: &Env) {
     let store = env.open().await;
     let empty = assert_verified(&store).await;
     assert_eq!((empty.facts, empty.accounts, empty.currencies), (0, 0, 0));
+    assert!(empty.held.is_empty());
     executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
     executed(submit(&store, "d-2", deposit("bob", 70, usd())).await);
     executed(submit(&store, "w-1", withdraw("alice", 200, rub())).await);
@@ -630,6 +631,9 @@ async fn verify_holds_and_counts(env: &Env) {
     assert_eq!(report.facts, 6);
     assert_eq!((report.keys_done, report.keys_expired), (1, 5));
     assert_eq!((report.accounts, report.currencies), (3, 2));
+    // What the user accounts hold, from the fold: alice 500 - 200 + 50 and carol 1 in
+    // RUB, bob 70 in USD (his withdrawal was rejected).
+    assert_eq!(report.held, [(rub(), 351), (usd(), 70)].into());
     assert!(report.violations.is_empty());
     close(store).await;
 }
