@@ -5,6 +5,7 @@
 //!
 //! - [`committer`]: the committer thread (deciding and staging batches) and the syncer
 //!   (flushing, publishing, answering).
+//! - [`journal`]: the journal's record format, appends, checkpoints and recovery.
 //! - [`keys`]: claims of keys in flight, the answers cache, and key listings.
 //! - [`records`]: the layout of the records in sled's tree.
 //! - [`statements`]: each user account's movements in order, for its statement.
@@ -40,7 +41,9 @@ use crate::store::{
 /// what was in flight there is all there or not there at all after reopening. With the
 /// `failpoints` feature a point is armed by `fail::cfg(name, "3*off->return")` (die at the
 /// fourth pass); without it the macro is nothing. The points: `commit.before_apply`,
-/// `commit.after_apply`, `sync.before_flush`, `sync.after_flush`.
+/// `commit.after_apply`, `sync.before_flush`, `sync.after_flush`, and the journal's
+/// `journal.before_write`, `journal.after_write` (written, not synced),
+/// `journal.after_sync`, `checkpoint.before_delete` and `checkpoint.after_delete`.
 macro_rules! crash_point {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]
@@ -52,6 +55,10 @@ macro_rules! crash_point {
 
 mod blocking;
 mod committer;
+// Public but hidden: the journal's format and recovery are the store's internals, reached
+// from outside only by its tests and benchmarks.
+#[doc(hidden)]
+pub mod journal;
 mod keys;
 mod records;
 mod statements;

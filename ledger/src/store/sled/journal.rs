@@ -1,0 +1,1073 @@
+//! The journal: an append-only log of groups, in files of our own beside sled's, that makes
+//! each group durable with one write and one sync. A group is what one commit writes: a
+//! list of absolute operations on sled keys (put this value, remove this key). Replaying a
+//! group applies those operations to sled again; because every value is absolute, a group
+//! replayed twice leaves sled as replaying it once does.
+//!
+//! # On disk
+//!
+//! The journal is a folder of segment files, `00000000000000000001.jnl`, each named by the
+//! number of the first group it holds (20 decimal digits, so names sort in group order).
+//! Groups are numbered 1, 2, 3, ... with no gap, across segments. A segment holds records
+//! back to back from offset 0; after the last record comes either the end of the file or
+//! zeros (the preallocated rest of the segment). A record never spans two segments: one
+//! that does not fit in the rest of the current segment starts the next one, and one
+//! larger than a segment gets a segment of its own, sized to fit.
+//!
+//! One record per group, little-endian, version 1:
+//!
+//! ```text
+//! offset size  field
+//!  0      4    magic "IJnl"
+//!  4      1    version (1)
+//!  5      3    reserved, zero
+//!  8      4    payload length in bytes (u32)
+//! 12      8    group number (u64)
+//! 20      8    first fact seq the group carries (u64)
+//! 28      8    end of the fact seqs, exclusive (u64); equal to the first: no facts
+//!              (a group that only quarantines or sweeps)
+//! 36      4    CRC32C of bytes 0..36 followed by the payload
+//! 40      ...  payload:
+//!                varint  number of operations
+//!                then each operation:
+//!                  u8 1 (put)    varint key length, key, varint value length, value
+//!                  u8 2 (remove) varint key length, key
+//! ```
+//!
+//! Varints are unsigned LEB128 (7 bits a byte, low bits first, at most 10 bytes). The
+//! checksum is CRC32C (Castagnoli, the `crc32c` crate).
+//!
+//! # Writing
+//!
+//! [`Journal::append`] encodes a group into one buffer, writes it at the end of the current
+//! segment with one positioned write (`pwrite`), then makes it durable with one
+//! `fdatasync`, or, with [`SyncMode::Dsync`], with no call at all because the segment is
+//! open with `O_DSYNC` and the write itself returns only once durable. Nothing may be
+//! acknowledged before `append` returns. A failed append leaves the journal refusing every
+//! further append until it is reopened: after a failed write or sync, what the file holds
+//! past the last good record is unknown, and a later record written after it could turn a
+//! torn write into damage followed by a valid record.
+//!
+//! Segments are preallocated ([`Preallocate`]): with zeros written in advance, each append
+//! overwrites blocks that are already allocated and written, so its sync carries no change
+//! of the file's size or block map and costs about what a bare `pwrite` + `fdatasync` of
+//! the same bytes costs. A new segment is written, synced, and its folder entry synced
+//! before any record goes into it.
+//!
+//! # Recovery
+//!
+//! [`Journal::open`] is given the checkpoint: the last group the index (sled) holds
+//! durably. It reads the segments that may hold later groups and returns those groups, in
+//! order, to replay. Every record read is checked: magic, length within its segment,
+//! checksum, then version and group number (each one more than the previous, the first of
+//! a segment equal to its name). Where a record fails, the rest of the journal is searched
+//! for a whole record of a later group:
+//!
+//! - none: the failed record is a torn tail, a write that never completed and so was never
+//!   acknowledged. The segment is cut back to the end of the last whole record (and any
+//!   later segment, which then holds no whole record, is removed), the cut is synced, and
+//!   the journal opens at the last whole record.
+//! - one: the failed record was followed by valid ones, so it is damage, not an interrupted
+//!   write: opening is refused with [`JournalError::Corrupt`], naming the segment and the
+//!   offset, and nothing is changed.
+//!
+//! Zeros after the last record are the normal end. A journal that does not reach the
+//! checkpoint, or whose first segment begins after it, has lost groups the index needs
+//! from it: opening is refused ([`JournalError::Discontinuous`]).
+//!
+//! # Checkpoints
+//!
+//! Once the index holds every group up to some number durably, [`Journal::checkpoint`]
+//! deletes the segments whose groups are all at or below it (never the current one), so
+//! the journal's size stays bounded by what was written since the last checkpoint.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+use std::path::{Path, PathBuf};
+
+use crate::store::LedgerError;
+
+/// The extension of segment files.
+pub const SEGMENT_EXT: &str = "jnl";
+const MAGIC: [u8; 4] = *b"IJnl";
+const VERSION: u8 = 1;
+/// The fixed part of a record, before its payload.
+pub const HEADER_LEN: usize = 40;
+const CRC_AT: usize = 36;
+const TAG_PUT: u8 = 1;
+const TAG_REMOVE: u8 = 2;
+/// Zeros are written in pieces of this size when a segment is preallocated.
+const ZEROS_CHUNK: usize = 1 << 20;
+/// The smallest segment: a header and a little payload.
+const SEGMENT_MIN: u64 = 4096;
+
+type Result<T, E = JournalError> = std::result::Result<T, E>;
+
+// ---- options ---------------------------------------------------------------------------
+
+/// How an append becomes durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// `pwrite`, then `fdatasync`.
+    Fdatasync,
+    /// The segment is opened with `O_DSYNC`: the `pwrite` returns once the data is durable.
+    Dsync,
+}
+
+/// How a new segment's space is reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preallocate {
+    /// Zeros written over the whole segment, then synced: appends overwrite written
+    /// blocks, so their syncs write no file metadata.
+    Zeros,
+    /// `posix_fallocate`: blocks reserved but not written (ext4 marks them unwritten), so
+    /// each append's sync still records that the blocks now hold data.
+    Fallocate,
+    /// Nothing: the file grows with each append, and each sync also writes its new size.
+    Grow,
+}
+
+/// How a journal is kept.
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    /// The size a segment is preallocated to (at least 4096 bytes); a larger record gets a
+    /// segment of its own, sized to fit.
+    pub segment_size: u64,
+    pub sync: SyncMode,
+    pub preallocate: Preallocate,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        Self {
+            segment_size: 64 * 1024 * 1024,
+            sync: SyncMode::Fdatasync,
+            preallocate: Preallocate::Zeros,
+        }
+    }
+}
+
+// ---- groups ----------------------------------------------------------------------------
+
+/// One absolute operation on a sled key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Put { key: Vec<u8>, value: Vec<u8> },
+    Remove { key: Vec<u8> },
+}
+
+/// What one commit writes: its number, the fact seqs it carries, and its operations.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Group {
+    /// 1, 2, 3, ...: one more than the previous group.
+    pub number: u64,
+    /// The seqs of the facts in this group; empty when it carries none.
+    pub seqs: Range<u64>,
+    pub ops: Vec<Op>,
+}
+
+impl Group {
+    pub fn new(number: u64, seqs: Range<u64>) -> Self {
+        Self {
+            number,
+            seqs,
+            ops: Vec::new(),
+        }
+    }
+
+    pub fn put(&mut self, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push(Op::Put {
+            key: key.into(),
+            value: value.into(),
+        });
+    }
+
+    pub fn remove(&mut self, key: impl Into<Vec<u8>>) {
+        self.ops.push(Op::Remove { key: key.into() });
+    }
+
+    /// The group's operations as one sled batch, in order: what replaying it applies.
+    pub fn to_batch(&self) -> sled::Batch {
+        let mut batch = sled::Batch::default();
+        for op in &self.ops {
+            match op {
+                Op::Put { key, value } => batch.insert(key.as_slice(), value.as_slice()),
+                Op::Remove { key } => batch.remove(key.as_slice()),
+            }
+        }
+        batch
+    }
+
+    /// The length of this group's record on disk.
+    pub fn record_len(&self) -> usize {
+        let ops: usize = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Put { key, value } => {
+                    1 + varint_len(key.len()) + key.len() + varint_len(value.len()) + value.len()
+                }
+                Op::Remove { key } => 1 + varint_len(key.len()) + key.len(),
+            })
+            .sum();
+        HEADER_LEN + varint_len(self.ops.len()) + ops
+    }
+}
+
+// ---- errors ----------------------------------------------------------------------------
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// A record failed its checks and a whole record of a later group follows it, or a
+    /// whole record says something impossible: damage, never an interrupted write.
+    #[error("journal segment {} is damaged at offset {offset}: {detail}", segment.display())]
+    Corrupt {
+        segment: PathBuf,
+        offset: u64,
+        detail: String,
+    },
+    /// The journal does not hold every group after the checkpoint.
+    #[error("the journal in {} does not continue the index: {detail}", dir.display())]
+    Discontinuous { dir: PathBuf, detail: String },
+    #[error("journal: {context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    /// A group given to `append` that cannot be written as it is; nothing was written.
+    #[error("journal: group {number} cannot be appended: {detail}")]
+    Invalid { number: u64, detail: String },
+    /// An earlier append failed; the journal takes no more until reopened.
+    #[error("the journal failed earlier and takes no more writes until reopened: {0}")]
+    Failed(String),
+}
+
+impl From<JournalError> for LedgerError {
+    fn from(e: JournalError) -> Self {
+        match e {
+            JournalError::Corrupt {
+                ref segment,
+                offset,
+                ref detail,
+            } => LedgerError::Corrupt {
+                path: segment.display().to_string(),
+                detail: format!("journal record at offset {offset}: {detail}"),
+            },
+            JournalError::Discontinuous { ref dir, .. } => LedgerError::Corrupt {
+                path: dir.display().to_string(),
+                detail: e.to_string(),
+            },
+            other => LedgerError::Unavailable(other.to_string()),
+        }
+    }
+}
+
+fn io_at(context: impl Into<String>) -> impl FnOnce(io::Error) -> JournalError {
+    let context = context.into();
+    move |source| JournalError::Io { context, source }
+}
+
+// ---- the journal -----------------------------------------------------------------------
+
+/// What opening found: the groups after the checkpoint, to replay in order.
+#[derive(Debug, Default)]
+pub struct Recovery {
+    pub groups: Vec<Group>,
+    /// The number the next appended group must have.
+    pub next_group: u64,
+    /// Where a torn tail was cut off, if one was.
+    pub truncated: Option<Truncated>,
+}
+
+/// A torn tail that opening cut off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncated {
+    /// The segment cut back (removed when the cut was at its start).
+    pub segment: PathBuf,
+    /// Where it now ends: the end of the last whole record in it.
+    pub offset: u64,
+    /// Why the record there was not whole.
+    pub reason: &'static str,
+    /// Later segments removed, which held no whole record.
+    pub segments_removed: usize,
+}
+
+/// The journal's size, for the metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JournalStats {
+    pub segments: usize,
+    /// The segment files' sizes, preallocated space included.
+    pub bytes: u64,
+    /// Groups in the journal's segments, also those already at or below a checkpoint
+    /// whose segment still holds later ones.
+    pub records: u64,
+}
+
+#[derive(Debug)]
+struct Segment {
+    first_group: u64,
+    path: PathBuf,
+    len: u64,
+}
+
+/// The segment appends go to.
+#[derive(Debug)]
+struct Current {
+    file: File,
+    /// Where the next record is written.
+    end: u64,
+    /// Where the segment's room ends.
+    capacity: u64,
+}
+
+/// An open journal; the only writer of its folder.
+#[derive(Debug)]
+pub struct Journal {
+    dir: PathBuf,
+    options: JournalOptions,
+    /// In group order; the last is the one appended to, if `current` is set.
+    segments: Vec<Segment>,
+    current: Option<Current>,
+    next_group: u64,
+    /// The encoding buffer, kept between appends.
+    buf: Vec<u8>,
+    failed: Option<String>,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal in `dir`. `checkpoint` is the last group the index
+    /// holds durably (0: none); the groups after it come back in [`Recovery::groups`].
+    /// Refuses to open on damage, and changes nothing then; cuts off a torn tail.
+    pub fn open(
+        dir: &Path,
+        options: JournalOptions,
+        checkpoint: u64,
+    ) -> Result<(Journal, Recovery)> {
+        if options.segment_size < SEGMENT_MIN {
+            return Err(JournalError::Invalid {
+                number: 0,
+                detail: format!(
+                    "segment size {} is below the least, {SEGMENT_MIN} bytes",
+                    options.segment_size
+                ),
+            });
+        }
+        if !dir.exists() {
+            fs::create_dir_all(dir).map_err(io_at(format!("creating {}", dir.display())))?;
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent)?;
+            }
+        }
+        let mut segments = list_segments(dir)?;
+        let scan = scan(dir, &segments, checkpoint)?;
+
+        // Decided: from here on, only the cut of a torn tail (or of an empty last segment)
+        // changes anything.
+        let mut ends = scan.ends;
+        let mut truncated = None;
+        let mut removed_any = false;
+        if let Some(tail) = &scan.torn {
+            for later in segments.drain(tail.segment + 1..).rev() {
+                fs::remove_file(&later.path)
+                    .map_err(io_at(format!("removing {}", later.path.display())))?;
+                removed_any = true;
+            }
+            let seg = &mut segments[tail.segment];
+            truncated = Some(Truncated {
+                segment: seg.path.clone(),
+                offset: tail.offset,
+                reason: tail.reason,
+                segments_removed: scan.later_segments,
+            });
+            ends.truncate(tail.segment + 1);
+            if tail.offset == 0 {
+                fs::remove_file(&seg.path)
+                    .map_err(io_at(format!("removing {}", seg.path.display())))?;
+                removed_any = true;
+                segments.pop();
+                ends.pop();
+            } else {
+                let file = OpenOptions::new()
+                    .write(true)
+                    .open(&seg.path)
+                    .map_err(io_at(format!("opening {}", seg.path.display())))?;
+                file.set_len(tail.offset)
+                    .map_err(io_at(format!("cutting {}", seg.path.display())))?;
+                file.sync_all()
+                    .map_err(io_at(format!("syncing {}", seg.path.display())))?;
+                seg.len = tail.offset;
+                ends[tail.segment] = Some(tail.offset);
+            }
+        } else if ends.last() == Some(&Some(0)) {
+            // A last segment holding no record: made for a record whose append never
+            // returned. The next append makes its own, under the same name.
+            if let Some(seg) = segments.pop() {
+                fs::remove_file(&seg.path)
+                    .map_err(io_at(format!("removing {}", seg.path.display())))?;
+                removed_any = true;
+            }
+            ends.pop();
+        }
+        if removed_any {
+            sync_dir(dir)?;
+        }
+
+        let current = match (segments.last(), ends.last()) {
+            (Some(seg), Some(Some(end))) => {
+                let file = open_segment(&seg.path, options.sync)?;
+                let capacity = match options.preallocate {
+                    Preallocate::Grow => seg.len.max(options.segment_size),
+                    Preallocate::Zeros | Preallocate::Fallocate => seg.len,
+                };
+                Some(Current {
+                    file,
+                    end: *end,
+                    capacity,
+                })
+            }
+            // The last segment was not read (all its groups are at or below the
+            // checkpoint, and the one after it was removed): appends start a new one.
+            _ => None,
+        };
+        let journal = Journal {
+            dir: dir.to_path_buf(),
+            options,
+            segments,
+            current,
+            next_group: scan.next_group,
+            buf: Vec::new(),
+            failed: None,
+        };
+        let recovery = Recovery {
+            groups: scan.groups,
+            next_group: scan.next_group,
+            truncated,
+        };
+        Ok((journal, recovery))
+    }
+
+    /// Appends `group` and makes it durable: one `pwrite`, then one `fdatasync` (or none,
+    /// under `O_DSYNC`). Only after this returns may anyone be told of the group.
+    /// `group.number` must be [`Journal::next_group`].
+    pub fn append(&mut self, group: &Group) -> Result<()> {
+        if let Some(reason) = &self.failed {
+            return Err(JournalError::Failed(reason.clone()));
+        }
+        if group.number != self.next_group {
+            return Err(JournalError::Invalid {
+                number: group.number,
+                detail: format!("the journal's next group is {}", self.next_group),
+            });
+        }
+        if group.seqs.start > group.seqs.end {
+            return Err(JournalError::Invalid {
+                number: group.number,
+                detail: format!(
+                    "its seqs {}..{} run backwards",
+                    group.seqs.start, group.seqs.end
+                ),
+            });
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let written = encode(group, &mut buf).and_then(|()| self.write_record(&buf));
+        self.buf = buf;
+        match written {
+            Ok(()) => {
+                self.next_group += 1;
+                Ok(())
+            }
+            Err(e @ JournalError::Invalid { .. }) => Err(e),
+            Err(e) => {
+                self.failed = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    fn write_record(&mut self, record: &[u8]) -> Result<()> {
+        let len = record.len() as u64;
+        let fits = self
+            .current
+            .as_ref()
+            .is_some_and(|c| c.end + len <= c.capacity);
+        if !fits {
+            self.start_segment(len)?;
+        }
+        let Some(current) = self.current.as_mut() else {
+            return Err(JournalError::Failed("no segment to write to".into()));
+        };
+        let path = match self.segments.last() {
+            Some(s) => s.path.as_path(),
+            None => self.dir.as_path(),
+        };
+        crash_point!("journal.before_write");
+        current
+            .file
+            .write_all_at(record, current.end)
+            .map_err(io_at(format!("writing {}", path.display())))?;
+        crash_point!("journal.after_write");
+        if self.options.sync == SyncMode::Fdatasync {
+            current
+                .file
+                .sync_data()
+                .map_err(io_at(format!("fdatasync of {}", path.display())))?;
+        }
+        crash_point!("journal.after_sync");
+        current.end += len;
+        if let Some(seg) = self.segments.last_mut() {
+            seg.len = seg.len.max(current.end);
+        }
+        Ok(())
+    }
+
+    /// Makes the segment for the next group, sized for at least `record` bytes: created,
+    /// preallocated and synced, and its name synced into the folder, before any record is
+    /// written to it.
+    fn start_segment(&mut self, record: u64) -> Result<()> {
+        let size = self.options.segment_size.max(record);
+        let path = self.dir.join(segment_name(self.next_group));
+        let shown = path.display().to_string();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io_at(format!("creating {shown}")))?;
+        match self.options.preallocate {
+            Preallocate::Zeros => write_zeros(&file, size).map_err(io_at(format!(
+                "writing zeros over {shown}"
+            )))?,
+            Preallocate::Fallocate => fs2::FileExt::allocate(&file, size)
+                .map_err(io_at(format!("preallocating {shown}")))?,
+            Preallocate::Grow => {}
+        }
+        if self.options.preallocate != Preallocate::Grow {
+            file.sync_all().map_err(io_at(format!("syncing {shown}")))?;
+        }
+        sync_dir(&self.dir)?;
+        let file = match self.options.sync {
+            SyncMode::Fdatasync => file,
+            SyncMode::Dsync => open_segment(&path, SyncMode::Dsync)?,
+        };
+        self.segments.push(Segment {
+            first_group: self.next_group,
+            path,
+            len: if self.options.preallocate == Preallocate::Grow {
+                0
+            } else {
+                size
+            },
+        });
+        self.current = Some(Current {
+            file,
+            end: 0,
+            capacity: size,
+        });
+        Ok(())
+    }
+
+    /// The index holds every group up to `durable_group` durably: deletes the segments
+    /// whose groups are all at or below it, never the one appended to, and syncs the
+    /// folder. Returns how many were deleted.
+    pub fn checkpoint(&mut self, durable_group: u64) -> Result<usize> {
+        if durable_group >= self.next_group {
+            return Err(JournalError::Invalid {
+                number: durable_group,
+                detail: format!(
+                    "a checkpoint past the journal's last group, {}",
+                    self.next_group - 1
+                ),
+            });
+        }
+        // A segment is wholly at or below the checkpoint when the next one starts at or
+        // below the group after it.
+        let deletable = self
+            .segments
+            .windows(2)
+            .take_while(|w| w[1].first_group <= durable_group + 1)
+            .count();
+        crash_point!("checkpoint.before_delete");
+        let mut deleted = 0;
+        let mut result = Ok(());
+        for seg in &self.segments[..deletable] {
+            if let Err(e) = fs::remove_file(&seg.path) {
+                result = Err(io_at(format!("deleting {}", seg.path.display()))(e));
+                break;
+            }
+            deleted += 1;
+        }
+        self.segments.drain(..deleted);
+        if deleted > 0 {
+            sync_dir(&self.dir)?;
+        }
+        crash_point!("checkpoint.after_delete");
+        result.map(|()| deleted)
+    }
+
+    /// The number the next appended group must have.
+    pub fn next_group(&self) -> u64 {
+        self.next_group
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn stats(&self) -> JournalStats {
+        JournalStats {
+            segments: self.segments.len(),
+            bytes: self.segments.iter().map(|s| s.len).sum(),
+            records: self
+                .segments
+                .first()
+                .map_or(0, |s| self.next_group - s.first_group),
+        }
+    }
+}
+
+/// The name of the segment whose first group is `group`.
+pub fn segment_name(group: u64) -> String {
+    format!("{group:020}.{SEGMENT_EXT}")
+}
+
+fn open_segment(path: &Path, sync: SyncMode) -> Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true);
+    if sync == SyncMode::Dsync {
+        options.custom_flags(libc::O_DSYNC);
+    }
+    options
+        .open(path)
+        .map_err(io_at(format!("opening {}", path.display())))
+}
+
+fn write_zeros(file: &File, size: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZEROS_CHUNK];
+    let mut at = 0u64;
+    while at < size {
+        let n = usize::try_from(size - at).map_or(ZEROS_CHUNK, |left| left.min(ZEROS_CHUNK));
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Syncs a folder, so that the files created or removed in it stay so after a crash.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_at(format!("syncing the folder {}", dir.display())))
+}
+
+/// The segments in `dir`, in group order.
+fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
+    let mut segments = Vec::new();
+    let entries = fs::read_dir(dir).map_err(io_at(format!("listing {}", dir.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(io_at(format!("listing {}", dir.display())))?;
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some(SEGMENT_EXT) {
+            continue;
+        }
+        let first_group = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .filter(|s| s.len() == 20 && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok())
+            .filter(|&g| g > 0)
+            .ok_or_else(|| JournalError::Discontinuous {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "{} is not named like a segment (the number of its first group, 20 digits)",
+                    path.display()
+                ),
+            })?;
+        let len = entry
+            .metadata()
+            .map_err(io_at(format!("reading {}", path.display())))?
+            .len();
+        segments.push(Segment {
+            first_group,
+            path,
+            len,
+        });
+    }
+    segments.sort_by_key(|s| s.first_group);
+    Ok(segments)
+}
+
+// ---- scanning --------------------------------------------------------------------------
+
+/// What the scan of the segments decided, before anything is changed.
+struct Scan {
+    groups: Vec<Group>,
+    next_group: u64,
+    /// Per segment: where its records end, if it was read.
+    ends: Vec<Option<u64>>,
+    torn: Option<Torn>,
+    /// Segments after the torn one.
+    later_segments: usize,
+}
+
+struct Torn {
+    segment: usize,
+    offset: u64,
+    reason: &'static str,
+}
+
+fn scan(dir: &Path, segments: &[Segment], checkpoint: u64) -> Result<Scan> {
+    // Segments whose groups are all at or below the checkpoint are not read.
+    let first_read = segments
+        .windows(2)
+        .take_while(|w| w[1].first_group <= checkpoint.saturating_add(1))
+        .count();
+    let mut expected = segments
+        .get(first_read)
+        .map_or(checkpoint.saturating_add(1), |s| s.first_group);
+    if expected > checkpoint.saturating_add(1) {
+        return Err(JournalError::Discontinuous {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "the index holds groups up to {checkpoint}, but the journal begins at group \
+                 {expected}: groups {} to {} are missing",
+                checkpoint + 1,
+                expected - 1
+            ),
+        });
+    }
+    let mut ends = vec![None; segments.len()];
+    let mut groups = Vec::new();
+    let mut torn = None;
+    'segments: for (i, seg) in segments.iter().enumerate().skip(first_read) {
+        let bytes = fs::read(&seg.path).map_err(io_at(format!("reading {}", seg.path.display())))?;
+        if seg.first_group != expected {
+            return Err(JournalError::Discontinuous {
+                dir: dir.to_path_buf(),
+                detail: format!(
+                    "segment {} is named for group {}, but the group after the previous \
+                     segment's last is {expected}",
+                    seg.path.display(),
+                    seg.first_group
+                ),
+            });
+        }
+        let mut at = 0usize;
+        loop {
+            match frame_at(&bytes, at) {
+                Frame::End => break,
+                Frame::Damaged(reason) => {
+                    let offset = at as u64;
+                    if let Some((found_seg, found_at, group)) =
+                        find_later(segments, i, &bytes, at + 1, expected)?
+                    {
+                        return Err(JournalError::Corrupt {
+                            segment: seg.path.clone(),
+                            offset,
+                            detail: format!(
+                                "{reason}, and a whole record of a later group ({group}) \
+                                 follows at offset {found_at} of {}, so this is damage, not \
+                                 an interrupted write",
+                                found_seg.display()
+                            ),
+                        });
+                    }
+                    torn = Some(Torn {
+                        segment: i,
+                        offset,
+                        reason,
+                    });
+                    ends[i] = Some(offset);
+                    break 'segments;
+                }
+                Frame::Whole(header) => {
+                    let corrupt = |detail: String| JournalError::Corrupt {
+                        segment: seg.path.clone(),
+                        offset: at as u64,
+                        detail,
+                    };
+                    header.check().map_err(corrupt)?;
+                    if header.group != expected {
+                        return Err(corrupt(format!(
+                            "the record is of group {}, where group {expected} belongs",
+                            header.group
+                        )));
+                    }
+                    if header.group > checkpoint {
+                        let ops = decode_ops(&bytes[header.payload.clone()]).map_err(|d| {
+                            corrupt(format!("a whole record whose payload does not decode: {d}"))
+                        })?;
+                        groups.push(Group {
+                            number: header.group,
+                            seqs: header.seqs.clone(),
+                            ops,
+                        });
+                    }
+                    expected += 1;
+                    at = header.payload.end;
+                }
+            }
+        }
+        ends[i] = Some(at as u64);
+    }
+    let last = expected - 1;
+    if last < checkpoint {
+        return Err(JournalError::Discontinuous {
+            dir: dir.to_path_buf(),
+            detail: format!(
+                "the index holds groups up to {checkpoint}, but the journal ends at group {last}"
+            ),
+        });
+    }
+    let later_segments = torn
+        .as_ref()
+        .map_or(0, |t: &Torn| segments.len() - t.segment - 1);
+    Ok(Scan {
+        groups,
+        next_group: expected,
+        ends,
+        torn,
+        later_segments,
+    })
+}
+
+/// A whole record of group `min_group` or later after a failed one: from `from` in the
+/// failed segment's `bytes`, then in every later segment. Returns where it is.
+fn find_later(
+    segments: &[Segment],
+    failed: usize,
+    bytes: &[u8],
+    from: usize,
+    min_group: u64,
+) -> Result<Option<(PathBuf, usize, u64)>> {
+    if let Some((at, group)) = find_whole(bytes, from, min_group) {
+        return Ok(Some((segments[failed].path.clone(), at, group)));
+    }
+    for seg in &segments[failed + 1..] {
+        let later = fs::read(&seg.path).map_err(io_at(format!("reading {}", seg.path.display())))?;
+        if let Some((at, group)) = find_whole(&later, 0, min_group) {
+            return Ok(Some((seg.path.clone(), at, group)));
+        }
+    }
+    Ok(None)
+}
+
+/// The first whole record of group `min_group` or later at or after `from`, looked for at
+/// every offset where the magic appears: a damaged record's length cannot be trusted to
+/// find the next one.
+fn find_whole(bytes: &[u8], from: usize, min_group: u64) -> Option<(usize, u64)> {
+    let mut at = from;
+    while at + MAGIC.len() <= bytes.len() {
+        let next = bytes[at..].iter().position(|&b| b == MAGIC[0])?;
+        at += next;
+        if let Frame::Whole(header) = frame_at(bytes, at)
+            && header.group >= min_group
+        {
+            return Some((at, header.group));
+        }
+        at += 1;
+    }
+    None
+}
+
+/// A record's header, once its length and checksum held.
+struct Header {
+    version: u8,
+    reserved: [u8; 3],
+    group: u64,
+    seqs: Range<u64>,
+    payload: Range<usize>,
+}
+
+impl Header {
+    /// What a whole record must also satisfy. One that fails was written so (its checksum
+    /// holds): by a newer build, or by a bug, and never a torn write.
+    fn check(&self) -> std::result::Result<(), String> {
+        if self.version != VERSION {
+            return Err(format!(
+                "a record of version {}, and this build reads version {VERSION}",
+                self.version
+            ));
+        }
+        if self.reserved != [0; 3] {
+            return Err("a record whose reserved bytes are not zero".into());
+        }
+        if self.seqs.start > self.seqs.end {
+            return Err(format!(
+                "a record whose seqs run backwards ({}..{})",
+                self.seqs.start, self.seqs.end
+            ));
+        }
+        Ok(())
+    }
+}
+
+enum Frame {
+    Whole(Header),
+    /// Only zeros (or nothing) from here to the end of the segment.
+    End,
+    Damaged(&'static str),
+}
+
+fn frame_at(bytes: &[u8], at: usize) -> Frame {
+    let rest = &bytes[at.min(bytes.len())..];
+    if rest.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return if rest.iter().all(|&b| b == 0) {
+            Frame::End
+        } else {
+            Frame::Damaged("no record header where one should begin")
+        };
+    }
+    if rest.len() < HEADER_LEN {
+        return Frame::Damaged("a record header cut short by the end of the segment");
+    }
+    let payload_len = u32::from_le_bytes(array(&rest[8..12])) as usize;
+    let Some(end) = HEADER_LEN
+        .checked_add(payload_len)
+        .filter(|&end| end <= rest.len())
+    else {
+        return Frame::Damaged("a record longer than what is left of the segment");
+    };
+    let stored = u32::from_le_bytes(array(&rest[CRC_AT..HEADER_LEN]));
+    let computed = crc32c::crc32c_append(crc32c::crc32c(&rest[..CRC_AT]), &rest[HEADER_LEN..end]);
+    if stored != computed {
+        return Frame::Damaged("a record failing its checksum");
+    }
+    Frame::Whole(Header {
+        version: rest[4],
+        reserved: array(&rest[5..8]),
+        group: u64::from_le_bytes(array(&rest[12..20])),
+        seqs: u64::from_le_bytes(array(&rest[20..28]))..u64::from_le_bytes(array(&rest[28..36])),
+        payload: at + HEADER_LEN..at + end,
+    })
+}
+
+fn array<const N: usize>(bytes: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(bytes);
+    out
+}
+
+// ---- encoding --------------------------------------------------------------------------
+
+/// Writes `group`'s record into `out` (cleared first).
+fn encode(group: &Group, out: &mut Vec<u8>) -> Result<()> {
+    out.clear();
+    out.reserve(group.record_len());
+    out.resize(HEADER_LEN, 0);
+    put_varint(out, group.ops.len() as u64);
+    for op in &group.ops {
+        match op {
+            Op::Put { key, value } => {
+                out.push(TAG_PUT);
+                put_bytes(out, key);
+                put_bytes(out, value);
+            }
+            Op::Remove { key } => {
+                out.push(TAG_REMOVE);
+                put_bytes(out, key);
+            }
+        }
+    }
+    let payload_len =
+        u32::try_from(out.len() - HEADER_LEN).map_err(|_| JournalError::Invalid {
+            number: group.number,
+            detail: format!(
+                "its payload of {} bytes is over the 4 GiB a record holds",
+                out.len() - HEADER_LEN
+            ),
+        })?;
+    out[0..4].copy_from_slice(&MAGIC);
+    out[4] = VERSION;
+    out[8..12].copy_from_slice(&payload_len.to_le_bytes());
+    out[12..20].copy_from_slice(&group.number.to_le_bytes());
+    out[20..28].copy_from_slice(&group.seqs.start.to_le_bytes());
+    out[28..36].copy_from_slice(&group.seqs.end.to_le_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&out[..CRC_AT]), &out[HEADER_LEN..]);
+    out[CRC_AT..HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
+    Ok(())
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v.to_le_bytes()[0] | 0x80);
+        v >>= 7;
+    }
+    out.push(v.to_le_bytes()[0]);
+}
+
+fn varint_len(v: usize) -> usize {
+    let bits = usize::BITS - (v | 1).leading_zeros();
+    bits.div_ceil(7) as usize
+}
+
+/// Reads a payload; each length is checked against what is left, so no input can make it
+/// allocate more than the payload's size or read past it.
+fn decode_ops(mut payload: &[u8]) -> std::result::Result<Vec<Op>, String> {
+    let count = take_varint(&mut payload)?;
+    // Every operation takes at least two bytes, which bounds a believable count.
+    let count = usize::try_from(count)
+        .ok()
+        .filter(|&c| c <= payload.len() / 2)
+        .ok_or_else(|| format!("{count} operations cannot fit in {} bytes", payload.len()))?;
+    let mut ops = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (&tag, rest) = payload
+            .split_first()
+            .ok_or("the payload ends before its operations do")?;
+        payload = rest;
+        let key = take_bytes(&mut payload)?;
+        ops.push(match tag {
+            TAG_PUT => Op::Put {
+                key,
+                value: take_bytes(&mut payload)?,
+            },
+            TAG_REMOVE => Op::Remove { key },
+            other => return Err(format!("an operation of unknown kind {other}")),
+        });
+    }
+    if !payload.is_empty() {
+        return Err(format!(
+            "{} bytes left after the last operation",
+            payload.len()
+        ));
+    }
+    Ok(ops)
+}
+
+fn take_varint(input: &mut &[u8]) -> std::result::Result<u64, String> {
+    let mut v = 0u64;
+    for (i, &b) in input.iter().enumerate().take(10) {
+        let bits = u64::from(b & 0x7f);
+        if i == 9 && b > 1 {
+            return Err("a varint over 64 bits".into());
+        }
+        v |= bits << (7 * i);
+        if b & 0x80 == 0 {
+            *input = &input[i + 1..];
+            return Ok(v);
+        }
+    }
+    Err("a varint cut short".into())
+}
+
+fn take_bytes(input: &mut &[u8]) -> std::result::Result<Vec<u8>, String> {
+    let len = take_varint(input)?;
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= input.len())
+        .ok_or_else(|| format!("a length of {len} with {} bytes left", input.len()))?;
+    let (bytes, rest) = input.split_at(len);
+    *input = rest;
+    Ok(bytes.to_vec())
+}
+
+#[cfg(test)]
+mod tests;
