@@ -26,6 +26,7 @@ fn options(segment_size: u64, sync: SyncMode, preallocate: Preallocate) -> Journ
         segment_size,
         sync,
         preallocate,
+        prepare_ahead: true,
     }
 }
 
@@ -94,12 +95,14 @@ fn append_all(journal: &mut Journal, groups: &[Group]) {
     }
 }
 
-/// Every segment file in `dir` with its bytes, by name.
+/// Every segment file in `dir` with its bytes, by name (not the spare made ahead, which
+/// comes and goes on its own thread).
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .expect("listing the journal")
-        .map(|e| {
-            let path = e.expect("an entry").path();
+        .map(|e| e.expect("an entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == SEGMENT_EXT))
+        .map(|path| {
             let name = path
                 .file_name()
                 .expect("a name")
@@ -238,7 +241,10 @@ fn groups_of_every_size_come_back_in_order_byte_identical_in_every_mode() {
     // Thousands of operations, larger than a segment: a segment of its own.
     let mut big = Group::new(3, 2..5000);
     for i in 0u32..5000 {
-        big.put(i.to_be_bytes().to_vec(), vec![u8::try_from(i % 251).expect("small"); 16]);
+        big.put(
+            i.to_be_bytes().to_vec(),
+            vec![u8::try_from(i % 251).expect("small"); 16],
+        );
     }
     assert!(big.record_len() as u64 > segment);
     all.push(big);
@@ -316,12 +322,16 @@ fn appending_out_of_order_or_with_backward_seqs_is_refused_and_writes_nothing() 
         }
     }
     let mut backwards = gs[1].clone();
-    backwards.seqs = 5..4;
+    backwards.seqs = Range { start: 5, end: 4 };
     assert!(matches!(
         journal.append(&backwards),
         Err(JournalError::Invalid { .. })
     ));
-    assert_eq!(files(dir.path()), before, "a refused append wrote something");
+    assert_eq!(
+        files(dir.path()),
+        before,
+        "a refused append wrote something"
+    );
     // Not failed: the right group goes in.
     append_all(&mut journal, &gs[1..]);
     drop(journal);
@@ -340,7 +350,8 @@ fn options_below_the_least_segment_are_refused() {
 /// The journals the torn-tail tests cut: eight records of about 80 bytes in one segment
 /// (preallocated, or growing), and the same with more records and a last one alone at the
 /// start of a second segment. Small records keep the tests that reopen once per byte or bit
-/// short: each reopen that cuts syncs a file.
+/// short: each reopen that cuts syncs a file. No spare is made ahead (it has tests of its
+/// own), so that each of the many opens syncs only what recovery syncs.
 fn torn_fixtures() -> Vec<(&'static str, JournalOptions, Vec<Group>, TempDir)> {
     let mut gs = groups(5, 8, 1, 2, 8);
     for g in &mut gs {
@@ -355,7 +366,10 @@ fn torn_fixtures() -> Vec<(&'static str, JournalOptions, Vec<Group>, TempDir)> {
         ("one preallocated segment", Preallocate::Zeros),
         ("one growing segment", Preallocate::Grow),
     ] {
-        let opts = options(4096, SyncMode::Fdatasync, preallocate);
+        let opts = JournalOptions {
+            prepare_ahead: false,
+            ..options(4096, SyncMode::Fdatasync, preallocate)
+        };
         let dir = TempDir::new().expect("a temporary folder");
         let (mut journal, _) = open(dir.path(), &opts, 0);
         append_all(&mut journal, &gs);
@@ -375,11 +389,18 @@ fn torn_fixtures() -> Vec<(&'static str, JournalOptions, Vec<Group>, TempDir)> {
     let mut last = Group::new(gs2.len() as u64 + 1, 0..0);
     last.put(b"last".to_vec(), vec![4u8; 300]);
     gs2.push(last);
-    let opts = options(4096, SyncMode::Fdatasync, Preallocate::Zeros);
+    let opts = JournalOptions {
+        prepare_ahead: false,
+        ..options(4096, SyncMode::Fdatasync, Preallocate::Zeros)
+    };
     let dir = TempDir::new().expect("a temporary folder");
     let (mut journal, _) = open(dir.path(), &opts, 0);
     append_all(&mut journal, &gs2);
-    assert_eq!(files(dir.path()).len(), 2, "the last record starts a segment");
+    assert_eq!(
+        files(dir.path()).len(),
+        2,
+        "the last record starts a segment"
+    );
     out.push(("the last record in a segment of its own", opts, gs2, dir));
     out
 }
@@ -720,7 +741,11 @@ fn a_checkpoint_deletes_exactly_the_segments_wholly_at_or_below_it() {
             .filter(|&(i, _)| i + 1 == firsts.len() || firsts[i + 1] - 1 > checkpoint)
             .map(|(_, &f)| segment_name(f))
             .collect();
-        assert_eq!(files(copy.path()).into_keys().collect::<Vec<_>>(), kept, "{what}");
+        assert_eq!(
+            files(copy.path()).into_keys().collect::<Vec<_>>(),
+            kept,
+            "{what}"
+        );
         assert_eq!(deleted, firsts.len() - kept.len(), "{what}");
         let after = journal.stats();
         assert_eq!(after.segments, kept.len(), "{what}");
@@ -750,7 +775,10 @@ fn a_checkpoint_past_the_journal_is_refused_and_deletes_nothing() {
     let err = journal.checkpoint(31).expect_err("past the end");
     assert!(err.to_string().contains("last group, 30"), "{err}");
     assert_eq!(files(dir.path()), before);
-    assert_eq!(journal.checkpoint(30).expect("at the end"), before.len() - 1);
+    assert_eq!(
+        journal.checkpoint(30).expect("at the end"),
+        before.len() - 1
+    );
 }
 
 #[test]
@@ -783,11 +811,18 @@ fn a_journal_that_misses_groups_the_index_needs_is_refused() {
     refused(copy.path(), 0, &format!("named for group {}", firsts[2]));
     // ...which a checkpoint past it does not need.
     let (_, recovery) = open(copy.path(), &opts, firsts[2] - 1);
-    assert_eq!(recovery.groups, &gs[usize::try_from(firsts[2] - 1).expect("small")..]);
+    assert_eq!(
+        recovery.groups,
+        &gs[usize::try_from(firsts[2] - 1).expect("small")..]
+    );
     // The first segments gone while the index needs them.
     let copy = copy_dir(dir.path());
     std::fs::remove_file(copy.path().join(segment_name(firsts[0]))).expect("removing");
-    refused(copy.path(), 0, &format!("groups 1 to {} are missing", firsts[1] - 1));
+    refused(
+        copy.path(),
+        0,
+        &format!("groups 1 to {} are missing", firsts[1] - 1),
+    );
     // The index ahead of the journal's end.
     refused(dir.path(), 45, "ends at group 40");
     // A file named like no segment.
@@ -801,7 +836,10 @@ fn a_journal_that_misses_groups_the_index_needs_is_refused() {
     let mut g = Group::new(501, 0..0);
     g.put(b"k".to_vec(), b"v".to_vec());
     journal.append(&g).expect("appending");
-    assert_eq!(files(empty.path()).into_keys().collect::<Vec<_>>(), [segment_name(501)]);
+    assert_eq!(
+        files(empty.path()).into_keys().collect::<Vec<_>>(),
+        [segment_name(501)]
+    );
 }
 
 // ---- preallocated space ----------------------------------------------------------------------
@@ -851,6 +889,53 @@ fn a_new_segment_that_holds_no_record_yet_is_removed_and_made_again() {
         append_all(&mut journal, &gs[4..]);
         drop(journal);
         assert_eq!(open(copy.path(), &opts, 0).1.groups, gs, "{len}");
+    }
+}
+
+#[test]
+fn the_segment_made_ahead_is_renamed_into_place_and_a_leftover_one_removed() {
+    use std::os::unix::fs::MetadataExt as _;
+    let gs = groups(15, 40, 2, 8, 100);
+    for preallocate in [Preallocate::Zeros, Preallocate::Fallocate] {
+        let opts = options(8 * 1024, SyncMode::Fdatasync, preallocate);
+        let dir = TempDir::new().expect("a temporary folder");
+        let ready = dir.path().join(SPARE_READY);
+        let wait_ready = || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !ready.exists() {
+                assert!(std::time::Instant::now() < deadline, "no spare made");
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            std::fs::metadata(&ready).expect("the spare").ino()
+        };
+        let (mut journal, _) = open(dir.path(), &opts, 0);
+        let spare = wait_ready();
+        assert_eq!(segment_len(&ready), Some(8 * 1024));
+        append_all(&mut journal, &gs[..1]);
+        // The first segment is the spare, renamed; the next spare is made meanwhile.
+        let first = dir.path().join(segment_name(1));
+        assert_eq!(std::fs::metadata(&first).expect("segment").ino(), spare);
+        let next = wait_ready();
+        let mut n = 1;
+        while files(dir.path()).len() < 2 {
+            append_all(&mut journal, &gs[n..=n]);
+            n += 1;
+        }
+        let second = dir
+            .path()
+            .join(segment_name(u64::try_from(n).expect("small")));
+        assert_eq!(std::fs::metadata(&second).expect("segment").ino(), next);
+        append_all(&mut journal, &gs[n..]);
+        drop(journal);
+        // A spare left half made, and one left ready: removed at open, the records intact.
+        std::fs::write(dir.path().join(SPARE_MAKING), [0u8; 100]).expect("writing");
+        let no_spare = JournalOptions {
+            prepare_ahead: false,
+            ..opts.clone()
+        };
+        let (_, recovery) = open(dir.path(), &no_spare, 0);
+        assert_eq!(recovery.groups, gs, "{preallocate:?}");
+        assert!(!ready.exists() && !dir.path().join(SPARE_MAKING).exists());
     }
 }
 
@@ -1043,7 +1128,8 @@ fn append_figures() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(2000);
-    let base = std::env::var("IDEM_JOURNAL_BENCH_DIR").map_or_else(|_| std::env::temp_dir(), PathBuf::from);
+    let base = std::env::var("IDEM_JOURNAL_BENCH_DIR")
+        .map_or_else(|_| std::env::temp_dir(), PathBuf::from);
     let rounds = 3;
     // One put whose record is exactly 4 KiB.
     let mut record = Group::new(1, 1..2);
@@ -1061,15 +1147,51 @@ fn append_figures() {
         Journal(SyncMode, Preallocate),
     }
     let runs = [
-        ("bare pwrite+fdatasync, written zeros", Run::Bare { dsync: false, zeros: true }),
-        ("bare pwrite+fdatasync, growing file", Run::Bare { dsync: false, zeros: false }),
-        ("bare pwrite O_DSYNC, written zeros", Run::Bare { dsync: true, zeros: true }),
-        ("journal fdatasync, zeros", Run::Journal(SyncMode::Fdatasync, Preallocate::Zeros)),
-        ("journal fdatasync, fallocate", Run::Journal(SyncMode::Fdatasync, Preallocate::Fallocate)),
-        ("journal fdatasync, grow", Run::Journal(SyncMode::Fdatasync, Preallocate::Grow)),
-        ("journal O_DSYNC, zeros", Run::Journal(SyncMode::Dsync, Preallocate::Zeros)),
-        ("journal O_DSYNC, fallocate", Run::Journal(SyncMode::Dsync, Preallocate::Fallocate)),
-        ("journal O_DSYNC, grow", Run::Journal(SyncMode::Dsync, Preallocate::Grow)),
+        (
+            "bare pwrite+fdatasync, written zeros",
+            Run::Bare {
+                dsync: false,
+                zeros: true,
+            },
+        ),
+        (
+            "bare pwrite+fdatasync, growing file",
+            Run::Bare {
+                dsync: false,
+                zeros: false,
+            },
+        ),
+        (
+            "bare pwrite O_DSYNC, written zeros",
+            Run::Bare {
+                dsync: true,
+                zeros: true,
+            },
+        ),
+        (
+            "journal fdatasync, zeros",
+            Run::Journal(SyncMode::Fdatasync, Preallocate::Zeros),
+        ),
+        (
+            "journal fdatasync, fallocate",
+            Run::Journal(SyncMode::Fdatasync, Preallocate::Fallocate),
+        ),
+        (
+            "journal fdatasync, grow",
+            Run::Journal(SyncMode::Fdatasync, Preallocate::Grow),
+        ),
+        (
+            "journal O_DSYNC, zeros",
+            Run::Journal(SyncMode::Dsync, Preallocate::Zeros),
+        ),
+        (
+            "journal O_DSYNC, fallocate",
+            Run::Journal(SyncMode::Dsync, Preallocate::Fallocate),
+        ),
+        (
+            "journal O_DSYNC, grow",
+            Run::Journal(SyncMode::Dsync, Preallocate::Grow),
+        ),
     ];
     let segment = (n as u64 + 16) * 4096;
     let mut results: Vec<Vec<(f64, Duration, Duration)>> = vec![Vec::new(); runs.len()];
@@ -1090,7 +1212,11 @@ fn append_figures() {
                     drop(file);
                     let file = open_segment(
                         &path,
-                        if dsync { SyncMode::Dsync } else { SyncMode::Fdatasync },
+                        if dsync {
+                            SyncMode::Dsync
+                        } else {
+                            SyncMode::Fdatasync
+                        },
                     )
                     .expect("opening");
                     let block = vec![0x5au8; 4096];
@@ -1137,7 +1263,9 @@ fn append_figures() {
          median round; folder {}",
         base.display()
     );
-    println!("| configuration | per s | p50 µs | p99 µs | × bare rate | first append (makes the segment) |");
+    println!(
+        "| configuration | per s | p50 µs | p99 µs | × bare rate | first append (makes the segment) |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
     for (i, (name, run)) in runs.iter().enumerate() {
         let (rate, p50, p99) = median(&results[i]);
