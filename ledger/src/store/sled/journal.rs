@@ -113,9 +113,10 @@ const SEGMENT_MIN: u64 = 4096;
 /// and synced. Neither ends in `.jnl`, so a scan never reads them.
 const SPARE_MAKING: &str = "spare.making";
 const SPARE_READY: &str = "spare.ready";
-/// While a spare is made, its zeros are synced every this many bytes, so that they reach
-/// the disk in steps instead of one burst that an append's sync would queue behind.
-const SPARE_SYNC_EVERY: u64 = 4 << 20;
+/// A spare's zeros are written and synced a piece of this size at a time, each followed by
+/// a pause as long as the piece took: an append's sync then queues behind at most one
+/// piece, and the disk is idle for appends at least half the time while a spare is made.
+const SPARE_PIECE: usize = 1 << 20;
 
 type Result<T, E = JournalError> = std::result::Result<T, E>;
 
@@ -572,8 +573,9 @@ impl Journal {
             let ready = self.dir.join(SPARE_READY);
             fs::rename(&ready, &path)
                 .map_err(io_at(format!("renaming {} to {shown}", ready.display())))?;
-            spare.want();
             sync_dir(&self.dir)?;
+            // Asked for only now: its first writes would otherwise join the folder's sync.
+            spare.want();
             let file = open_segment(&path, self.options.sync)?;
             self.started(path, file, size);
             return Ok(());
@@ -774,19 +776,19 @@ fn make_spare(
     match preallocate {
         Preallocate::Fallocate => fs2::FileExt::allocate(&file, size)?,
         Preallocate::Zeros | Preallocate::Grow => {
-            let zeros = vec![0u8; ZEROS_CHUNK];
+            let zeros = vec![0u8; SPARE_PIECE];
             let mut at = 0u64;
             while at < size {
                 if stopping.load(Ordering::Acquire) {
                     return Ok(false);
                 }
                 let n =
-                    usize::try_from(size - at).map_or(ZEROS_CHUNK, |left| left.min(ZEROS_CHUNK));
+                    usize::try_from(size - at).map_or(SPARE_PIECE, |left| left.min(SPARE_PIECE));
+                let started = std::time::Instant::now();
                 file.write_all_at(&zeros[..n], at)?;
+                file.sync_data()?;
                 at += n as u64;
-                if at.is_multiple_of(SPARE_SYNC_EVERY) {
-                    file.sync_data()?;
-                }
+                std::thread::sleep(started.elapsed());
             }
         }
     }
