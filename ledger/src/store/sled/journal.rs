@@ -539,17 +539,22 @@ impl Journal {
             Some(s) => s.path.as_path(),
             None => self.dir.as_path(),
         };
+        // The error's words are formatted only on failure: this is the commit path.
+        let failed = |what: &str, source| JournalError::Io {
+            context: format!("{what} {}", path.display()),
+            source,
+        };
         crash_point!("journal.before_write");
         current
             .file
             .write_all_at(record, current.end)
-            .map_err(io_at(format!("writing {}", path.display())))?;
+            .map_err(|e| failed("writing", e))?;
         crash_point!("journal.after_write");
         if self.options.sync == SyncMode::Fdatasync {
             current
                 .file
                 .sync_data()
-                .map_err(io_at(format!("fdatasync of {}", path.display())))?;
+                .map_err(|e| failed("fdatasync of", e))?;
         }
         crash_point!("journal.after_sync");
         current.end += len;

@@ -892,43 +892,65 @@ fn a_new_segment_that_holds_no_record_yet_is_removed_and_made_again() {
     }
 }
 
+/// Waits until the journal's spare is ready (whole, synced, and flagged), and returns its
+/// inode, to recognise it once renamed.
+fn spare_ready(journal: &Journal) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let spare = journal.spare.as_ref().expect("a spare thread");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !spare.ready.load(Ordering::Acquire) {
+        assert!(std::time::Instant::now() < deadline, "no spare made");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::fs::metadata(journal.dir().join(SPARE_READY))
+        .expect("the spare")
+        .ino()
+}
+
 #[test]
 fn the_segment_made_ahead_is_renamed_into_place_and_a_leftover_one_removed() {
     use std::os::unix::fs::MetadataExt as _;
-    let gs = groups(15, 40, 2, 8, 100);
+    let inode = |path: &Path| std::fs::metadata(path).expect("a segment").ino();
     for preallocate in [Preallocate::Zeros, Preallocate::Fallocate] {
         let opts = options(8 * 1024, SyncMode::Fdatasync, preallocate);
         let dir = TempDir::new().expect("a temporary folder");
         let ready = dir.path().join(SPARE_READY);
-        let wait_ready = || {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-            while !ready.exists() {
-                assert!(std::time::Instant::now() < deadline, "no spare made");
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            std::fs::metadata(&ready).expect("the spare").ino()
-        };
         let (mut journal, _) = open(dir.path(), &opts, 0);
-        let spare = wait_ready();
+        let spare = spare_ready(&journal);
         assert_eq!(segment_len(&ready), Some(8 * 1024));
-        append_all(&mut journal, &gs[..1]);
-        // The first segment is the spare, renamed; the next spare is made meanwhile.
-        let first = dir.path().join(segment_name(1));
-        assert_eq!(std::fs::metadata(&first).expect("segment").ino(), spare);
-        let next = wait_ready();
-        let mut n = 1;
-        while files(dir.path()).len() < 2 {
-            append_all(&mut journal, &gs[n..=n]);
-            n += 1;
-        }
-        let second = dir
-            .path()
-            .join(segment_name(u64::try_from(n).expect("small")));
-        assert_eq!(std::fs::metadata(&second).expect("segment").ino(), next);
-        append_all(&mut journal, &gs[n..]);
+        let mut gs = vec![Group::new(1, 0..0)];
+        journal.append(&gs[0]).expect("appending");
+        // The first segment is the spare, renamed; the next one is made meanwhile.
+        assert_eq!(inode(&dir.path().join(segment_name(1))), spare);
+        let next = spare_ready(&journal);
+        // A group larger than a segment gets one made for it, and asks for a spare while
+        // one is ready: the ready one stays (a second would replace it under the append
+        // about to rename it).
+        let mut big = Group::new(2, 0..0);
+        big.put(b"big".to_vec(), vec![1u8; 10_000]);
+        journal.append(&big).expect("appending");
+        gs.push(big);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(
+            spare_ready(&journal),
+            next,
+            "{preallocate:?}: the spare was replaced"
+        );
+        // The group after it starts a segment: the spare.
+        let mut after = Group::new(3, 0..0);
+        after.put(b"after".to_vec(), vec![2u8; 100]);
+        journal.append(&after).expect("appending");
+        gs.push(after);
+        assert_eq!(
+            inode(&dir.path().join(segment_name(3))),
+            next,
+            "{preallocate:?}"
+        );
+        spare_ready(&journal);
         drop(journal);
         // A spare left half made, and one left ready: removed at open, the records intact.
         std::fs::write(dir.path().join(SPARE_MAKING), [0u8; 100]).expect("writing");
+        assert!(ready.exists());
         let no_spare = JournalOptions {
             prepare_ahead: false,
             ..opts.clone()
