@@ -46,7 +46,10 @@
 //! acknowledged before `append` returns. A failed append leaves the journal refusing every
 //! further append until it is reopened: after a failed write or sync, what the file holds
 //! past the last good record is unknown, and a later record written after it could turn a
-//! torn write into damage followed by a valid record.
+//! torn write into damage followed by a valid record. A group whose append failed, or was
+//! cut short by a crash after its write, may still be found whole at the next open: it was
+//! written, only its sync had not returned. Nobody was told of it, and it is replayed like
+//! any other.
 //!
 //! Segments are preallocated ([`Preallocate`]): with zeros written in advance, each append
 //! overwrites blocks that are already allocated and written, so its sync carries no change
@@ -68,7 +71,8 @@
 //! - none: the failed record is a torn tail, a write that never completed and so was never
 //!   acknowledged. The segment is cut back to the end of the last whole record (and any
 //!   later segment, which then holds no whole record, is removed), the cut is synced, and
-//!   the journal opens at the last whole record.
+//!   the journal opens at the last whole record. A preallocated segment cut back has no
+//!   room left, so the next append starts a new one.
 //! - one: the failed record was followed by valid ones, so it is damage, not an interrupted
 //!   write: opening is refused with [`JournalError::Corrupt`], naming the segment and the
 //!   offset, and nothing is changed.
