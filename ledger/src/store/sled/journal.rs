@@ -120,7 +120,7 @@ const SPARE_READY: &str = "spare.ready";
 /// A spare's zeros are written and synced a piece of this size at a time, each followed by
 /// a pause as long as the piece took: an append's sync then queues behind at most one
 /// piece, and the disk is idle for appends at least half the time while a spare is made.
-const SPARE_PIECE: usize = 1 << 20;
+const SPARE_PIECE: usize = 256 << 10;
 
 type Result<T, E = JournalError> = std::result::Result<T, E>;
 

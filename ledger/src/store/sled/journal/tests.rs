@@ -1140,7 +1140,8 @@ mod crash {
 /// same file system, in one run, in rounds that alternate the configurations:
 /// `cargo test -p ledger --lib journal::tests::append_figures -- --ignored --nocapture`.
 /// `IDEM_JOURNAL_BENCH_N` sets the appends per configuration and round (default 2000),
-/// `IDEM_JOURNAL_BENCH_DIR` the folder (default: the system's temporary folder).
+/// `IDEM_JOURNAL_BENCH_ROUNDS` the rounds (default 3), `IDEM_JOURNAL_BENCH_DIR` the folder
+/// (default: the system's temporary folder).
 #[test]
 #[ignore = "a measurement, printed; run by hand"]
 fn append_figures() {
@@ -1152,7 +1153,10 @@ fn append_figures() {
         .unwrap_or(2000);
     let base = std::env::var("IDEM_JOURNAL_BENCH_DIR")
         .map_or_else(|_| std::env::temp_dir(), PathBuf::from);
-    let rounds = 3;
+    let rounds: usize = std::env::var("IDEM_JOURNAL_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     // One put whose record is exactly 4 KiB.
     let mut record = Group::new(1, 1..2);
     record.put(vec![b'k'; 8], vec![0xa5u8; 4000]);
@@ -1331,16 +1335,18 @@ fn append_figures() {
         drop(journal);
         let dir = TempDir::new_in(&base).expect("a temporary folder");
         let (mut journal, _) = open(dir.path(), &opts, 0);
-        let ready = dir.path().join(SPARE_READY);
-        while !ready.exists() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        spare_ready(&journal);
         let t = Instant::now();
         journal.append(&record).expect("append");
         let renamed = t.elapsed();
         let mut g = record.clone();
         let mut lat = Vec::new();
-        while !ready.exists() || lat.len() < 100 {
+        let ready = |j: &Journal| {
+            j.spare
+                .as_ref()
+                .is_some_and(|s| s.ready.load(Ordering::Acquire))
+        };
+        while !ready(&journal) || lat.len() < 100 {
             g.number = journal.next_group();
             let t = Instant::now();
             journal.append(&g).expect("append");
