@@ -92,17 +92,9 @@ pub(crate) async fn statement(
     id: Result<Path<String>, PathRejection>,
     q: Params,
 ) -> Response {
-    let caller = match app.caller(&headers) {
-        Ok(c) => c,
+    let (caller, after, limit) = match log_page(&app, &headers, q) {
+        Ok(page) => page,
         Err(p) => return app.fail(p),
-    };
-    let p = match params(q, &["after", "limit"]) {
-        Ok(p) => p,
-        Err(p) => return app.fail(p),
-    };
-    let (after, limit) = match (number_param(&p, "after", 0, u64::MAX), limit_param(&p)) {
-        (Ok(a), Ok(l)) => (a, l),
-        (Err(p), _) | (_, Err(p)) => return app.fail(p),
     };
     // As for `GET /v1/accounts/{id}`: a name no account can have is an unknown account.
     let missing = || Problem::not_found("account_not_found", "The account does not exist.");
@@ -276,18 +268,22 @@ pub(crate) async fn one_key(
     }
 }
 
+/// The caller and the page (`after`, `limit`) of a read of the log or of a statement,
+/// which take exactly those two parameters.
+fn log_page(app: &Shared, headers: &HeaderMap, q: Params) -> Result<(Caller, u64, usize), Problem> {
+    let caller = app.caller(headers)?;
+    let p = params(q, &["after", "limit"])?;
+    Ok((
+        caller,
+        number_param(&p, "after", 0, u64::MAX)?,
+        limit_param(&p)?,
+    ))
+}
+
 pub(crate) async fn facts(State(app): State<Shared>, headers: HeaderMap, q: Params) -> Response {
-    let caller = match app.caller(&headers) {
-        Ok(c) => c,
+    let (caller, after, limit) = match log_page(&app, &headers, q) {
+        Ok(page) => page,
         Err(p) => return app.fail(p),
-    };
-    let p = match params(q, &["after", "limit"]) {
-        Ok(p) => p,
-        Err(p) => return app.fail(p),
-    };
-    let (after, limit) = match (number_param(&p, "after", 0, u64::MAX), limit_param(&p)) {
-        (Ok(a), Ok(l)) => (a, l),
-        (Err(p), _) | (_, Err(p)) => return app.fail(p),
     };
     // A client sees only its own facts; the operator (or the only client) sees all.
     let only = match caller {

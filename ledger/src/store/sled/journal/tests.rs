@@ -97,6 +97,22 @@ fn append_all(journal: &mut Journal, groups: &[Group]) {
 
 /// Every segment file in `dir` with its bytes, by name (not the spare made ahead, which
 /// comes and goes on its own thread).
+/// A journal of `count` small groups over segments of 4 KiB, closed, with the first group
+/// of each of its segments.
+fn filled(seed: u64, count: u64) -> (JournalOptions, Vec<Group>, TempDir, Vec<u64>) {
+    let opts = small(4096);
+    let gs = groups(seed, count, 2, 8, 100);
+    let dir = TempDir::new().expect("a temporary folder");
+    let (mut journal, _) = open(dir.path(), &opts, 0);
+    append_all(&mut journal, &gs);
+    drop(journal);
+    let firsts = files(dir.path())
+        .keys()
+        .map(|n| n.trim_end_matches(".jnl").parse().expect("a number"))
+        .collect();
+    (opts, gs, dir, firsts)
+}
+
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .expect("listing the journal")
@@ -702,16 +718,7 @@ fn a_whole_record_of_an_unknown_version_or_out_of_place_is_refused() {
 
 #[test]
 fn a_checkpoint_deletes_exactly_the_segments_wholly_at_or_below_it() {
-    let opts = small(4096);
-    let gs = groups(8, 60, 2, 8, 100);
-    let dir = TempDir::new().expect("a temporary folder");
-    let (mut journal, _) = open(dir.path(), &opts, 0);
-    append_all(&mut journal, &gs);
-    drop(journal);
-    let firsts: Vec<u64> = files(dir.path())
-        .keys()
-        .map(|n| n.trim_end_matches(".jnl").parse().expect("a number"))
-        .collect();
+    let (opts, gs, dir, firsts) = filled(8, 60);
     assert!(firsts.len() >= 5, "{} segments", firsts.len());
     let last = gs.len() as u64;
     let mut checkpoints = vec![0, 1, 2, last - 1, last];
@@ -783,16 +790,7 @@ fn a_checkpoint_past_the_journal_is_refused_and_deletes_nothing() {
 
 #[test]
 fn a_journal_that_misses_groups_the_index_needs_is_refused() {
-    let opts = small(4096);
-    let gs = groups(10, 40, 2, 8, 100);
-    let dir = TempDir::new().expect("a temporary folder");
-    let (mut journal, _) = open(dir.path(), &opts, 0);
-    append_all(&mut journal, &gs);
-    drop(journal);
-    let firsts: Vec<u64> = files(dir.path())
-        .keys()
-        .map(|n| n.trim_end_matches(".jnl").parse().expect("a number"))
-        .collect();
+    let (opts, gs, dir, firsts) = filled(10, 40);
     assert!(firsts.len() >= 4);
     let refused = |dir: &Path, checkpoint: u64, expected: &str| {
         let before = files(dir);
