@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use ledger::fact::json;
-use ledger::{ClientId, Command, Key, KeyInfo, KeyQuery, KeyStatus, Timestamp};
+use ledger::{ClientId, Command, Key, KeyInfo, KeyQuery, KeyStatus, Outcome, Timestamp};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
@@ -86,6 +86,29 @@ pub(crate) fn expires_at(done: Timestamp, retention: Duration) -> String {
     done.saturating_add_ms(ms).to_rfc3339()
 }
 
+/// A refund names its withdrawal, not a currency, yet the operator's screens show money in
+/// its currency: a refund's row gets the withdrawal's, from the receipt once applied, else
+/// from the withdrawal's key, and none when no withdrawal has that key.
+async fn with_currency(app: &Shared, info: &KeyInfo, mut row: Value) -> Value {
+    let Command::Refund { withdrawal, .. } = &info.command else {
+        return row;
+    };
+    let currency = match &info.outcome {
+        Some(Outcome::Applied(receipt)) => Some(receipt.currency),
+        _ => match app.store.key(&info.client, withdrawal).await {
+            Ok(Some(KeyInfo {
+                command: Command::Withdraw { currency, .. },
+                ..
+            })) => Some(currency),
+            _ => None,
+        },
+    };
+    if let (Some(currency), Value::Object(map)) = (currency, &mut row) {
+        map.insert("currency".into(), json!(currency.as_str()));
+    }
+    row
+}
+
 // ---- background tasks ---------------------------------------------------------------------
 
 /// Starts the tasks; each ends when the server stops.
@@ -134,22 +157,49 @@ async fn verifier(app: Shared) {
         if !first && !tick(&app, app.options.verify_every).await {
             return;
         }
+        let run = if first { "start" } else { "periodic" };
         first = false;
         // Verify reads the log while commits go on (the sled store holds them only for
         // its last step, PostgreSQL reads one snapshot), so every ledger is verified.
+        // What it covers is the log as it stood when it began: every fact up to this seq
+        // (facts committed meanwhile may be checked too). An operator reads "up to seq N"
+        // against the ledger's last seq to see how much is not verified yet.
+        let up_to_seq = app.store.durable_seq();
+        let started = std::time::Instant::now();
         let at = now_rfc3339();
-        let entry = match app.store.verify().await {
+        let report = app.store.verify().await;
+        let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let every_ms = i64::try_from(app.options.verify_every.as_millis()).unwrap_or(i64::MAX);
+        let next_at = Timestamp(chrono::Utc::now().timestamp_millis()).saturating_add_ms(every_ms);
+        let mut entry = json!({
+            "at": at,
+            "run": run,
+            "up_to_seq": up_to_seq,
+            "took_ms": took_ms,
+            "next_at": next_at.to_rfc3339(),
+        });
+        let fields = match report {
             Ok(report) => {
                 if !report.ok() {
                     eprintln!("verify found violations:\n{report}");
                 }
                 let summary = report.to_string();
-                json!({"at": at, "ok": report.ok(), "summary": summary.lines().next().unwrap_or("")})
+                json!({
+                    "ok": report.ok(),
+                    "summary": summary.lines().next().unwrap_or(""),
+                    "facts": report.facts,
+                    "keys_done": report.keys_done,
+                    "keys_expired": report.keys_expired,
+                    "accounts": report.accounts,
+                    "currencies": report.currencies,
+                    "violations": report.violations.len(),
+                })
             }
-            Err(e) => {
-                json!({"at": at, "ok": false, "summary": format!("verify could not run: {e}")})
-            }
+            Err(e) => json!({"ok": false, "summary": format!("verify could not run: {e}")}),
         };
+        if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, fields) {
+            entry.extend(fields);
+        }
         *app.metrics.verify.lock() = Some(entry);
     }
 }
@@ -262,8 +312,21 @@ pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap, q: P
         "verify": app.metrics.verify.lock().clone(),
         "pending": pending_rows,
         "conflicts": app.metrics.conflicts(),
+        "started_at": app.metrics.started_at.to_rfc3339(),
+        "observed_scope": observed_scope(ledger.kind()),
     });
     json_ok(&body)
+}
+
+/// Whose replays and conflicts the snapshot's counters count. The sled store keeps them
+/// in the ledger (written with the next batch, best-effort), so they run on across
+/// restarts; a PostgreSQL worker counts its own, in memory, from its start. The
+/// dashboard says which, so that a count that fell back to 0 reads as a restart.
+fn observed_scope(store: &str) -> &'static str {
+    match store {
+        "sled" => "ledger",
+        _ => "worker",
+    }
 }
 
 /// Cursors are opaque to clients: hex of `client NUL key`, so any key survives a URL.
@@ -321,7 +384,7 @@ pub(crate) async fn live_keys(
         &app,
         &headers,
         q,
-        &["status", "client", "after", "q", "limit"],
+        &["status", "client", "after", "q", "limit", "order"],
     ) {
         Ok(page) => page,
         Err(p) => return app.fail(p),
@@ -336,13 +399,36 @@ pub(crate) async fn live_keys(
         Some(Ok(c)) => Some(c),
         Some(Err(_)) => return app.fail(Problem::invalid("client is not a client name")),
     };
+    let newest = match p.get("order").map(String::as_str) {
+        None | Some("key") => false,
+        Some("newest") => true,
+        Some(_) => return app.fail(Problem::invalid("order must be key or newest")),
+    };
+    let bad_cursor = || Problem::invalid("after must be a cursor from `next` of the same order");
+    let q = p.get("q").cloned().filter(|q| !q.is_empty());
+    if newest {
+        let before = match p.get("after").map(|a| decode_seq_cursor(a)) {
+            None => None,
+            Some(Some(seq)) => Some(seq),
+            Some(None) => return app.fail(bad_cursor()),
+        };
+        let filter = KeyFilter {
+            status,
+            client,
+            text: q,
+        };
+        return match newest_keys(&app, &filter, before, limit).await {
+            Ok(page) => json_ok(&page),
+            Err(p) => app.fail(p),
+        };
+    }
     let mut after = match p.get("after").map(|a| decode_cursor(a)) {
         None => None,
         Some(Some(c)) => Some(c),
-        Some(None) => return app.fail(Problem::invalid("after must be a cursor from `next`")),
+        Some(None) => return app.fail(bad_cursor()),
     };
-    let q = p.get("q").cloned().filter(|q| !q.is_empty());
     let now = app.store.rules().clock.now();
+    let retention = app.store.rules().retention;
     let mut rows = Vec::new();
     let mut next = None;
     // With a text filter, ledger pages are read until the answer is full, at most this
@@ -370,7 +456,7 @@ pub(crate) async fn live_keys(
                 k.client.as_str().contains(q.as_str()) || k.key.as_str().contains(q.as_str())
             });
             if hit {
-                rows.push(key_json(k, now, app.store.rules().retention));
+                rows.push(with_currency(&app, k, key_json(k, now, retention)).await);
                 if rows.len() == limit {
                     stopped_at = Some((k.client.clone(), k.key.clone()));
                     break;
@@ -397,6 +483,106 @@ pub(crate) async fn live_keys(
         }
     }
     json_ok(&json!({"keys": rows, "next": next}))
+}
+
+/// What a listing of keys keeps: a status, a client, text in the client or the key.
+struct KeyFilter {
+    status: Option<KeyStatus>,
+    client: Option<ClientId>,
+    text: Option<String>,
+}
+
+impl KeyFilter {
+    fn names(&self, client: &ClientId, key: &Key) -> bool {
+        self.client.as_ref().is_none_or(|c| c == client)
+            && self.text.as_ref().is_none_or(|q| {
+                client.as_str().contains(q.as_str()) || key.as_str().contains(q.as_str())
+            })
+    }
+}
+
+/// A cursor of the newest-first listing: the seq the next page stays below, as `n<seq>`,
+/// which no cursor of the listing by key can be (those are hex).
+fn encode_seq_cursor(below: u64) -> String {
+    format!("n{below}")
+}
+
+fn decode_seq_cursor(s: &str) -> Option<u64> {
+    s.strip_prefix('n')?.parse().ok()
+}
+
+/// `order=newest`: keys by time, newest first. This worker's pending keys come first on
+/// the first page (newest claim first, at most a page of them), then the done and expired
+/// keys in the reverse order of their facts: a key's fact holds its time, so the log read
+/// backwards is the listing, and each row reads its key for the status, the stored answer
+/// and the counts. A filter reads at most 20 pages' worth of facts per request; `next`
+/// then says where the next request goes on.
+async fn newest_keys(
+    app: &Shared,
+    filter: &KeyFilter,
+    before: Option<u64>,
+    limit: usize,
+) -> Result<Value, Problem> {
+    let unavailable = |e: ledger::LedgerError| {
+        eprintln!("ledger error: {e}");
+        Problem::unavailable()
+    };
+    let now = app.store.rules().clock.now();
+    let retention = app.store.rules().retention;
+    let mut rows = Vec::new();
+    if before.is_none() && matches!(filter.status, None | Some(KeyStatus::Pending)) {
+        for info in app.store.pending().iter().rev() {
+            if rows.len() == limit {
+                break;
+            }
+            if filter.names(&info.client, &info.key) {
+                rows.push(with_currency(app, info, key_json(info, now, retention)).await);
+            }
+        }
+    }
+    if filter.status == Some(KeyStatus::Pending) {
+        return Ok(json!({"keys": rows, "next": null}));
+    }
+    // Facts below `below` are still to be read.
+    let mut below = before
+        .unwrap_or(u64::MAX)
+        .min(app.store.durable_seq().saturating_add(1));
+    let window = u64::try_from(limit).unwrap_or(u64::MAX);
+    for _ in 0..20 {
+        if rows.len() >= limit || below <= 1 {
+            break;
+        }
+        let after = below.saturating_sub(window.saturating_add(1));
+        let count = usize::try_from(below - 1 - after).unwrap_or(usize::MAX);
+        // On PostgreSQL the log has gaps, so a window may hold facts at `below` or past it.
+        let facts = app.store.facts(after, count).await.map_err(unavailable)?;
+        let top = below;
+        for fact in facts.iter().rev().filter(|f| f.seq < top) {
+            if rows.len() >= limit {
+                break;
+            }
+            if !filter.names(&fact.client, &fact.key) {
+                below = fact.seq;
+                continue;
+            }
+            let info = app
+                .store
+                .key(&fact.client, &fact.key)
+                .await
+                .map_err(unavailable)?;
+            if let Some(info) = info
+                && filter.status.is_none_or(|s| s == info.status)
+            {
+                rows.push(with_currency(app, &info, key_json(&info, now, retention)).await);
+            }
+            below = fact.seq;
+        }
+        if rows.len() < limit {
+            below = after + 1;
+        }
+    }
+    let next = (below > 1).then(|| encode_seq_cursor(below));
+    Ok(json!({"keys": rows, "next": next}))
 }
 
 /// `GET /v1/live/quarantine?after=ID&limit=N`: the messages the inbox kept instead of
@@ -484,7 +670,12 @@ pub(crate) async fn live_key(
         }
     };
     let rules = app.store.rules();
-    let mut v = key_json(&info, rules.clock.now(), rules.retention);
+    let mut v = with_currency(
+        &app,
+        &info,
+        key_json(&info, rules.clock.now(), rules.retention),
+    )
+    .await;
     if let Some(o) = &info.outcome
         && let Ok(Some(fact)) = app.store.fact(o.seq()).await
     {

@@ -84,12 +84,15 @@ pub struct Metrics {
     conflicts: Mutex<VecDeque<Value>>,
     throughput: Mutex<VecDeque<Value>>,
     pub verify: Mutex<Option<Value>>,
+    /// When this worker started serving: the counts kept in its memory begin here.
+    pub started_at: ledger::Timestamp,
 }
 
 impl Metrics {
     pub fn new() -> Self {
         Self {
             conflicts: Mutex::new(VecDeque::with_capacity(CONFLICTS_MAX)),
+            started_at: ledger::Timestamp(chrono::Utc::now().timestamp_millis()),
             ..Self::default()
         }
     }

@@ -11,6 +11,7 @@ mod cli;
 mod crash_loop;
 mod damaged;
 mod durability;
+mod feed;
 mod inbox;
 mod no_5xx;
 mod openapi;
