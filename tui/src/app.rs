@@ -6,6 +6,7 @@
 //! the worker, staleness is counted in ticks, so tests replay events and get the same
 //! screen every time.
 
+use std::cmp::Ordering;
 use std::collections::{BTreeMap, VecDeque};
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -116,9 +117,11 @@ impl View {
     }
 }
 
-/// The server-side filter of the keys table, sent as query parameters.
+/// The server-side filter and order of the keys table, sent as query parameters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyQuery {
+    /// The order the worker pages in; the page is then sorted the same way here.
+    pub sort: KeySort,
     pub status: Option<KeyStatus>,
     pub client: Option<String>,
     pub text: Option<String>,
@@ -183,14 +186,26 @@ pub enum Connection {
     },
 }
 
+/// How the keys table is ordered. The worker pages in this order, so the first page holds
+/// the newest keys, or the first keys by name, of the whole ledger, not of one page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KeySort {
-    /// As the server pages them.
+    /// By time, newest first (`order=newest`).
     #[default]
-    Server,
-    OldestFirst,
+    Newest,
+    /// By key, then client, with the numbers in keys compared by value (`big-17` before
+    /// `big-102`) within a page; the worker pages in byte order (`order=key`).
     Key,
-    Client,
+}
+
+impl KeySort {
+    /// The `order` the worker is asked for.
+    pub fn order(self) -> &'static str {
+        match self {
+            KeySort::Newest => "newest",
+            KeySort::Key => "key",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -301,6 +316,7 @@ impl App {
 
     pub fn key_query(&self) -> KeyQuery {
         KeyQuery {
+            sort: self.sorts.keys,
             after: self.key_page_cursor.clone(),
             ..KeyQuery::parse(self.filter(View::Keys))
         }
@@ -498,16 +514,22 @@ impl App {
         self.filters[view.index()] = filter;
         self.selected[view.index()] = 0;
         if view == View::Keys {
-            self.key_pages.clear();
-            self.key_page_cursor = None;
-            self.detail_open = false;
-            // The old page belongs to the old filter; show nothing rather than wrong rows.
-            self.feed.keys = None;
+            self.restart_key_pages();
         }
         if view == View::Log {
             self.follow_log = true;
         }
         self.clamp_selection();
+    }
+
+    /// Back to the first page, for a new filter or order. The old page belongs to the old
+    /// query: nothing is shown until the new one comes, rather than wrong rows.
+    fn restart_key_pages(&mut self) {
+        self.key_pages.clear();
+        self.key_page_cursor = None;
+        self.selected[View::Keys.index()] = 0;
+        self.detail_open = false;
+        self.feed.keys = None;
     }
 
     fn next_key_page(&mut self) {
@@ -537,11 +559,11 @@ impl App {
         match self.view {
             View::Keys => {
                 sorts.keys = match sorts.keys {
-                    KeySort::Server => KeySort::OldestFirst,
-                    KeySort::OldestFirst => KeySort::Key,
-                    KeySort::Key => KeySort::Client,
-                    KeySort::Client => KeySort::Server,
-                }
+                    KeySort::Newest => KeySort::Key,
+                    KeySort::Key => KeySort::Newest,
+                };
+                // The worker pages in the new order: its first page is another set of keys.
+                self.restart_key_pages();
             }
             View::Conflicts => {
                 sorts.conflicts = match sorts.conflicts {
@@ -611,10 +633,13 @@ impl App {
         };
         let mut keys: Vec<&KeyRecord> = page.keys.iter().collect();
         match self.sorts.keys {
-            KeySort::Server => {}
-            KeySort::OldestFirst => keys.sort_by_key(|k| std::cmp::Reverse(k.age_ms)),
-            KeySort::Key => keys.sort_by(|a, b| (&a.key, &a.client).cmp(&(&b.key, &b.client))),
-            KeySort::Client => keys.sort_by(|a, b| (&a.client, &a.key).cmp(&(&b.client, &b.key))),
+            // Ages are measured against the worker's clock when it answered, so the
+            // smallest is the newest; pending keys take their place by their claim's age.
+            KeySort::Newest => keys.sort_by_key(|k| k.age_ms),
+            KeySort::Key => keys.sort_by(|a, b| {
+                natural_cmp(a.key.as_str(), b.key.as_str())
+                    .then_with(|| natural_cmp(a.client.as_str(), b.client.as_str()))
+            }),
         }
         keys
     }
@@ -702,4 +727,85 @@ fn matches_text(needle: &str, fields: &[&str]) -> bool {
         || fields
             .iter()
             .any(|field| field.to_lowercase().contains(needle))
+}
+
+/// Compares names as a person reads them: runs of digits by their value, the rest by
+/// bytes, so `big-17` comes before `big-102`. Names equal that way (`a01`, `a1`) fall back
+/// to bytes, so the order is total.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut x, mut y) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (x.first(), y.first()) {
+            (None, None) => return a.cmp(b),
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(p), Some(q)) if p.is_ascii_digit() && q.is_ascii_digit() => {
+                let (m, rest_x) = digit_run(x);
+                let (n, rest_y) = digit_run(y);
+                // Without leading zeros, the longer run is the larger number.
+                let order = m.len().cmp(&n.len()).then_with(|| m.cmp(n));
+                if order != Ordering::Equal {
+                    return order;
+                }
+                (x, y) = (rest_x, rest_y);
+            }
+            (Some(p), Some(q)) => {
+                if p != q {
+                    return p.cmp(q);
+                }
+                (x, y) = (&x[1..], &y[1..]);
+            }
+        }
+    }
+}
+
+/// The digits at the start of `s` without their leading zeros, and what follows them.
+fn digit_run(s: &[u8]) -> (&[u8], &[u8]) {
+    let end = s
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(s.len());
+    let (digits, rest) = s.split_at(end);
+    let first = digits
+        .iter()
+        .position(|b| *b != b'0')
+        .unwrap_or(digits.len());
+    (&digits[first..], rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sort_as_people_read_them() {
+        let cases: &[(&str, &str, Ordering)] = &[
+            ("big-17", "big-102", Ordering::Less),
+            ("big-102", "big-17", Ordering::Greater),
+            ("big-9", "big-10", Ordering::Less),
+            ("a", "a1", Ordering::Less),
+            ("a1b", "a1", Ordering::Greater),
+            ("a01", "a1", Ordering::Less),
+            ("a1", "a01", Ordering::Greater),
+            ("a001x", "a1y", Ordering::Less),
+            ("ord-2", "ord-2", Ordering::Equal),
+            ("dep-1", "ord-1", Ordering::Less),
+            (
+                "x99999999999999999999999",
+                "x100000000000000000000000",
+                Ordering::Less,
+            ),
+            ("2", "10", Ordering::Less),
+            ("", "0", Ordering::Less),
+        ];
+        for (a, b, expected) in cases {
+            assert_eq!(natural_cmp(a, b), *expected, "{a} vs {b}");
+        }
+        let mut keys = vec!["big-102", "dep-10", "big-17", "big-1", "dep-9", "big-170"];
+        keys.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            keys,
+            ["big-1", "big-17", "big-102", "big-170", "dep-9", "dep-10"]
+        );
+    }
 }

@@ -42,6 +42,9 @@ pub fn start() -> anyhow::Result<Demo> {
         .arg("--db")
         .arg(folder.path().join("ledger"))
         .args(["--listen", "127.0.0.1:0"])
+        // Duplicates sent at once get 409 at once instead of waiting for each other, so
+        // the storm shows both kinds of conflict.
+        .args(["--in-flight-wait", "0ms"])
         // The demo's worker is the default one on its own folder: no PostgreSQL store, no
         // broker and no tokens that the user's environment may hold for a real worker.
         .env_remove("IDEM_STORE")
@@ -185,7 +188,7 @@ fn storm(server: &str, stop: &AtomicBool) {
             &agent,
             server,
             "/v1/deposits",
-            &format!("seed-{account}"),
+            &format!("open-{account}"),
             &body,
         );
     }

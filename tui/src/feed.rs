@@ -257,7 +257,10 @@ impl Poller {
 }
 
 fn key_params(query: &KeyQuery) -> Vec<(&'static str, String)> {
-    let mut params = vec![("limit", query.limit.to_string())];
+    let mut params = vec![
+        ("order", query.sort.order().to_string()),
+        ("limit", query.limit.to_string()),
+    ];
     if let Some(status) = query.status {
         params.push(("status", status.name().to_string()));
     }
@@ -294,6 +297,23 @@ mod tests {
     fn path_segments_are_encoded() {
         assert_eq!(percent_encode("ord-1"), "ord-1");
         assert_eq!(percent_encode("a/b?c#d%e f"), "a%2Fb%3Fc%23d%25e%20f");
+    }
+
+    /// The worker pages keys in the order the table shows them.
+    #[test]
+    fn key_queries_carry_the_order() {
+        let mut query = KeyQuery::parse("s:done shop");
+        assert_eq!(
+            key_params(&query),
+            [
+                ("order", "newest".to_string()),
+                ("limit", "200".to_string()),
+                ("status", "done".to_string()),
+                ("q", "shop".to_string()),
+            ]
+        );
+        query.sort = crate::app::KeySort::Key;
+        assert_eq!(key_params(&query)[0], ("order", "key".to_string()));
     }
 
     #[test]

@@ -222,6 +222,32 @@ impl Parts {
         self
     }
 
+    /// `n` and its noun, singular for exactly one: `1 fact`, `2 facts`.
+    pub fn count(self, n: impl Into<i128>, one: &str, many: &str) -> Parts {
+        let n = n.into();
+        self.num(n)
+            .text(format!(" {}", if n == 1 { one } else { many }))
+    }
+
+    /// [`Parts::count`] with the number styled.
+    pub fn count_styled(self, n: impl Into<i128>, one: &str, many: &str, style: Style) -> Parts {
+        let n = n.into();
+        self.num_styled(n, style, 0)
+            .styled(format!(" {}", if n == 1 { one } else { many }), style)
+    }
+
+    /// The first of `variants` (longest first) that fits `width` cells whole, else the
+    /// last, to be fitted by [`Parts::line`]: a line says less rather than end in `…`.
+    pub fn first_fitting(width: usize, variants: Vec<Parts>) -> Parts {
+        let last = variants.len().saturating_sub(1);
+        variants
+            .into_iter()
+            .enumerate()
+            .find(|(i, parts)| *i == last || parts.full_width() <= width)
+            .map(|(_, parts)| parts)
+            .unwrap_or_default()
+    }
+
     /// `minor` units of `currency`, shown in major units (`1,000.00`), fitted as numbers are.
     pub fn money(self, minor: i128, currency: &str) -> Parts {
         self.money_styled(minor, currency, Style::new())
@@ -464,11 +490,32 @@ fn wrap_words(words: Vec<Span<'static>>, width: usize) -> Vec<Line<'static>> {
     lines
 }
 
+/// `text` in at most `width` cells: whole, or cut with a `…` that says so.
+pub fn fit_text(text: &str, width: usize) -> String {
+    if cells(text) <= width {
+        return text.to_string();
+    }
+    let mut out = String::new();
+    for c in text.chars() {
+        if cells(&out) + cells(&c.to_string()) + 1 > width {
+            break;
+        }
+        out.push(c);
+    }
+    if width > 0 {
+        out.push('…');
+    }
+    out
+}
+
 /// A table column as [`columns`] lays it out.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Column {
     /// Text: drawn with `constraint`; [`columns`] counts on at least `min` cells for it.
     Text { constraint: Constraint, min: u16 },
+    /// Text of known length (a code): `base` cells, widened towards `need` after the
+    /// numbers, and cut with a `…` ([`fit_text`]) to what it gets.
+    Label { base: u16, need: usize },
     /// Numbers: `base` cells, widened towards `need` (its longest value) while the text
     /// columns keep their minimum. Amounts widen first; sequence numbers, which are cut
     /// to their last digits ([`fit_tail`]) rather than abbreviated, get what is left.
@@ -495,6 +542,10 @@ impl Column {
         }
     }
 
+    pub fn label(base: u16, need: usize) -> Column {
+        Column::Label { base, need }
+    }
+
     pub fn seq(base: u16, need: usize) -> Column {
         Column::Number {
             base,
@@ -505,26 +556,34 @@ impl Column {
 }
 
 /// Constraints for `columns` in `width` cells with `spacing` between them, and the
-/// width each number column gets (0 for text columns). Number columns widen in order,
-/// sequence columns after the others, as far as the room above every column's minimum
-/// allows; the cells of a number column are then fitted into its width, so they are
-/// never cut.
+/// width each number or label column gets (0 for text columns). Number columns widen in
+/// order, then labels, then sequence columns, as far as the room above every column's
+/// minimum allows; the cells of a number column are then fitted into its width, so they
+/// are never cut.
 pub fn columns(columns: &[Column], width: u16, spacing: u16) -> (Vec<Constraint>, Vec<u16>) {
     let gaps = u16::try_from(columns.len().saturating_sub(1)).unwrap_or(u16::MAX);
     let taken: u16 = columns
         .iter()
         .map(|column| match column {
             Column::Text { min, .. } => *min,
-            Column::Number { base, .. } => *base,
+            Column::Number { base, .. } | Column::Label { base, .. } => *base,
         })
         .fold(spacing.saturating_mul(gaps), u16::saturating_add);
     let mut room = width.saturating_sub(taken);
     let mut widths: Vec<u16> = vec![0; columns.len()];
-    for seqs in [false, true] {
+    // 0: amounts and counts, 1: labels, 2: sequence numbers.
+    let pass = |column: &Column| match column {
+        Column::Number { seq: false, .. } => Some(0),
+        Column::Label { .. } => Some(1),
+        Column::Number { seq: true, .. } => Some(2),
+        Column::Text { .. } => None,
+    };
+    for turn in 0..3 {
         for (column, width) in columns.iter().zip(widths.iter_mut()) {
-            if let Column::Number { base, need, seq } = column
-                && *seq == seqs
-            {
+            let (Column::Number { base, need, .. } | Column::Label { base, need }) = column else {
+                continue;
+            };
+            if pass(column) == Some(turn) {
                 let need = u16::try_from(*need).unwrap_or(u16::MAX);
                 let extra = need.saturating_sub(*base).min(room);
                 room -= extra;
@@ -537,7 +596,7 @@ pub fn columns(columns: &[Column], width: u16, spacing: u16) -> (Vec<Constraint>
         .zip(&widths)
         .map(|(column, width)| match column {
             Column::Text { constraint, .. } => *constraint,
-            Column::Number { .. } => Constraint::Length(*width),
+            Column::Number { .. } | Column::Label { .. } => Constraint::Length(*width),
         })
         .collect();
     (constraints, widths)
@@ -546,6 +605,62 @@ pub fn columns(columns: &[Column], width: u16, spacing: u16) -> (Vec<Constraint>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_say_one_thing_or_many() {
+        for (n, words) in [(0, "0 facts"), (1, "1 fact"), (2, "2 facts")] {
+            let line = Parts::new().count(n, "fact", "facts").line(40);
+            assert_eq!(text(&line), words);
+        }
+    }
+
+    #[test]
+    fn text_is_cut_with_a_mark() {
+        let table: &[(&str, usize, &str)] = &[
+            ("applied", 8, "applied"),
+            ("applied", 7, "applied"),
+            ("refund_exceeds_withdrawal", 10, "refund_ex…"),
+            ("insufficient_funds", 1, "…"),
+            ("insufficient_funds", 0, ""),
+        ];
+        for (raw, width, cut) in table {
+            assert_eq!(fit_text(raw, *width), *cut, "{raw} in {width}");
+            assert!(cells(&fit_text(raw, *width)) <= *width);
+        }
+    }
+
+    #[test]
+    fn the_first_variant_that_fits_is_taken() {
+        let variants = || {
+            vec![
+                Parts::from("verify ok at start, 08:00:01"),
+                Parts::from("verify ok 08:00:01"),
+                Parts::from("verify ok"),
+            ]
+        };
+        let chosen = |width| text(&Parts::first_fitting(width, variants()).line(width));
+        assert_eq!(chosen(40), "verify ok at start, 08:00:01");
+        assert_eq!(chosen(20), "verify ok 08:00:01");
+        assert_eq!(chosen(9), "verify ok");
+        // None fits: the last, cut with its mark.
+        assert_eq!(chosen(5), "veri…");
+    }
+
+    /// Labels widen after the amounts, before sequence numbers, towards their longest.
+    #[test]
+    fn labels_widen_after_numbers() {
+        let spec = [
+            Column::number(8, 12),
+            Column::label(8, 25),
+            Column::seq(4, 8),
+            Column::text(Constraint::Fill(1), 10),
+        ];
+        // 36 cells of minimums and gaps, 14 to share: 4 to the amount, 10 to the label.
+        let (_, widths) = columns(&spec, 50, 2);
+        assert_eq!(widths, [12, 18, 4, 0]);
+        let (_, widths) = columns(&spec, 80, 2);
+        assert_eq!(widths, [12, 25, 8, 0]);
+    }
 
     #[test]
     fn money_fits_its_width_in_major_units() {

@@ -29,8 +29,28 @@ pub struct Snapshot {
     pub verify: Option<VerifyResult>,
     /// Oldest first.
     pub pending: Vec<KeyRecord>,
-    /// Newest first.
+    /// Newest first: the 409 and 422 answers this worker gave over HTTP since it
+    /// started, at most 50. The counters count more (every front end, and on sled, runs
+    /// before this one).
     pub conflicts: Vec<Conflict>,
+    /// When this worker started: per-key replays and conflicts count from then.
+    pub started_at: Option<Clean>,
+    /// Whose the replay and conflict counters are.
+    pub observed_scope: ObservedScope,
+}
+
+/// Whose the snapshot's replay and conflict counters are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ObservedScope {
+    /// The ledger's, across restarts (the sled store keeps them).
+    Ledger,
+    /// This worker's, since it started (a PostgreSQL worker counts its own).
+    Worker,
+    /// A worker that does not say.
+    #[default]
+    #[serde(other)]
+    Unknown,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -74,11 +94,22 @@ pub struct CommitStats {
     pub batches: u64,
 }
 
+/// The last verify. The counts are absent from a worker that sends only the summary, and
+/// from a run that could not read the store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct VerifyResult {
+    /// When the run began.
     pub at: Clean,
+    /// `start` or `periodic`.
+    pub run: Option<Clean>,
+    /// The last seq of the log when the run began: every fact up to it was checked.
+    pub up_to_seq: Option<u64>,
     pub ok: bool,
+    pub facts: Option<u64>,
+    pub violations: Option<u64>,
+    /// When the next run begins.
+    pub next_at: Option<Clean>,
     pub summary: Clean,
 }
 

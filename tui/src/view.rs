@@ -19,12 +19,12 @@ use crate::app::{
     App, BalanceSort, ConflictSort, Connection, KeySort, STALE_TICKS, TREND_WINDOW, View,
 };
 use crate::fit::{
-    Column, Parts, cells, columns, fit_money, fit_number, fit_tail, fit_with_unit, pack,
-    shortest_money,
+    Column, Part, Parts, cells, columns, fit_money, fit_number, fit_tail, fit_text, fit_with_unit,
+    pack, shortest_money,
 };
 use crate::model::{
-    Account, ConflictKind, FactRow, KeyRecord, KeyStatus, Quarantined, Snapshot, ThroughputSample,
-    Units,
+    Account, ConflictKind, FactRow, KeyRecord, KeyStatus, ObservedScope, Quarantined, Snapshot,
+    ThroughputSample, Units,
 };
 use crate::sanitize::{Clean, sanitize};
 
@@ -297,6 +297,11 @@ fn draw_footer(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             spans.push(Span::raw(" │ "));
         }
         let hints = match app.view {
+            // The keys' title has no room for the order here, so the footer says it.
+            View::Keys if area.width < 60 && !app.detail_open => match app.sorts.keys {
+                KeySort::Newest => "s: newest first · ? help · q quit",
+                KeySort::Key => "s: by key · ? help · q quit",
+            },
             _ if area.width < 60 => "? help · q quit",
             View::Keys if app.detail_open => "Esc close · ? help · / filter · s sort · q quit",
             View::Keys => "Enter detail · [ ] page · / filter · s sort · p pause · ? help · q quit",
@@ -395,11 +400,21 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             Layout::horizontal([Constraint::Fill(1), Constraint::Fill(1)]).areas(top);
         let inner = panel(frame, keys_area, "Keys", true, theme);
         let mut lines = key_count_lines(app, snapshot, theme);
-        lines.push(Parts::new().text("duplicates absorbed ").num_styled(
+        let absorbed = Parts::new().text("duplicates absorbed ").num_styled(
             snapshot.counters.replayed,
             theme.bold(),
             0,
-        ));
+        );
+        lines.push(match snapshot.observed_scope {
+            ObservedScope::Worker => Parts::first_fitting(
+                inner.width.into(),
+                vec![
+                    absorbed.clone().text(" since the worker started"),
+                    absorbed.text(" (this worker)"),
+                ],
+            ),
+            ObservedScope::Ledger | ObservedScope::Unknown => absorbed,
+        });
         lines.push(oldest_pending_line(snapshot, theme));
         draw_lines(frame, inner, &lines);
 
@@ -416,21 +431,13 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                     "batch    {} avg over ",
                     decimal(commit.batch_size_avg)
                 ))
-                .num(commit.batches)
-                .text(" batches"),
+                .count(commit.batches, "batch", "batches"),
             Parts::from(format!("on disk  {}", disk_size(snapshot))),
-            verify_line(snapshot, "verify   ", theme),
-            Parts::new().styled(
-                format!(
-                    "         {}",
-                    snapshot
-                        .verify
-                        .as_ref()
-                        .map_or("", |verify| verify.summary.as_str())
-                ),
-                theme.dim(),
-            ),
         ];
+        let lines: Vec<Parts> = lines
+            .into_iter()
+            .chain(verify_lines(snapshot, theme, inner.width.into(), false))
+            .collect();
         draw_lines(frame, inner, &lines);
 
         // The panel's borders take two cells, the labels theirs; the rest is one per second.
@@ -451,7 +458,13 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             draw_pending(frame, pending, snapshot, theme);
         }
 
-        let inner = panel(frame, bottom, "Totals", true, theme);
+        let inner = panel(
+            frame,
+            bottom,
+            totals_title(app, snapshot, bottom.width),
+            true,
+            theme,
+        );
         let counters = &snapshot.counters;
         let lines = vec![
             Parts::new()
@@ -508,7 +521,10 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 decimal(commit.batch_size_avg)
             )),
             Parts::from(format!("disk {}", disk_size(snapshot))),
-            verify_line(snapshot, "verify ", theme),
+            verify_lines(snapshot, theme, rest.width.into(), true)
+                .into_iter()
+                .next()
+                .unwrap_or_default(),
             oldest_pending_line(snapshot, theme),
             Parts::new()
                 .text("applied ")
@@ -527,6 +543,25 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         ];
         draw_lines(frame, rest, &lines);
     }
+}
+
+/// The totals' title: a PostgreSQL worker counts replays and conflicts from its start.
+fn totals_title(app: &App, snapshot: &Snapshot, width: u16) -> Parts {
+    if snapshot.observed_scope != ObservedScope::Worker {
+        return Parts::from("Totals");
+    }
+    let since = match started_at(app) {
+        Some(time) => format!("Totals · replays and conflicts since the worker started {time}"),
+        None => "Totals · replays and conflicts since the worker started".to_string(),
+    };
+    Parts::first_fitting(
+        usize::from(width.saturating_sub(4)),
+        vec![
+            Parts::from(since),
+            Parts::from("Totals · replays, conflicts since the worker started"),
+            Parts::from("Totals · replays, conflicts: this worker"),
+        ],
+    )
 }
 
 /// One line per row of `area`, each fitted to its width: no wrapping, no silent cut.
@@ -602,23 +637,116 @@ fn key_count_lines(app: &App, snapshot: &Snapshot, theme: Theme) -> Vec<Parts> {
     .collect()
 }
 
-/// The verify result and its age; the summary goes on its own line where there is room.
-fn verify_line(snapshot: &Snapshot, label: &str, theme: Theme) -> Parts {
-    match &snapshot.verify {
-        None => Parts::new().text(label).styled("not run yet", theme.dim()),
-        Some(verify) => {
-            let (word, style) = if verify.ok {
-                ("ok", theme.good())
-            } else {
-                ("FAILED", theme.bad())
-            };
-            let ago = ago(&snapshot.now, &verify.at).unwrap_or_default();
-            Parts::new()
-                .text(label)
-                .styled(word, style.add_modifier(Modifier::BOLD))
-                .text(format!(" {ago}"))
+/// The last verify in one line (`compact`) or two of `width` cells: its result, when it
+/// ran (at start or periodically, and how long ago), and what it covered: the log up to
+/// which seq, against the last seq now, and when it runs next. A verify at start on an
+/// empty ledger reads `up to seq 0 of 140`, not a bare `checked 0 facts`.
+fn verify_lines(snapshot: &Snapshot, theme: Theme, width: usize, compact: bool) -> Vec<Parts> {
+    let label = if compact { "verify " } else { "verify   " };
+    let indent = " ".repeat(cells(label));
+    let Some(verify) = &snapshot.verify else {
+        let line = Parts::new().text(label).styled("not run yet", theme.dim());
+        return if compact {
+            vec![line]
+        } else {
+            vec![line, Parts::new()]
+        };
+    };
+    let (word, style) = if verify.ok {
+        ("ok", theme.good())
+    } else {
+        ("FAILED", theme.bad())
+    };
+    let head = || {
+        Parts::new()
+            .text(label)
+            .styled(word, style.add_modifier(Modifier::BOLD))
+    };
+    let time = clock_time(&verify.at);
+    let when = match verify.run.as_ref().map(Clean::as_str) {
+        Some("start") => format!(" at start, {time}"),
+        Some("periodic") => format!(" periodic, {time}"),
+        _ => format!(" at {time}"),
+    };
+    let ago = ago(&snapshot.now, &verify.at)
+        .map(|ago| format!(", {ago}"))
+        .unwrap_or_default();
+    let violations = |parts: Parts| match verify.violations {
+        Some(n) if n > 0 => {
+            parts
+                .text(": ")
+                .count_styled(n, "violation", "violations", theme.bad())
         }
+        _ => parts,
+    };
+    let next = verify
+        .next_at
+        .as_ref()
+        .map(|next| format!(" · next {}", clock_time(next)));
+    let Some(up_to) = verify.up_to_seq else {
+        // A worker that sends only its summary, or a run that could not read the store.
+        let first = Parts::first_fitting(
+            width,
+            vec![
+                head().text(format!("{when}{ago}")),
+                head().text(when.clone()),
+            ],
+        );
+        let summary = Parts::new().styled(format!("{indent}{}", verify.summary), theme.dim());
+        return if compact {
+            vec![first]
+        } else {
+            vec![first, summary]
+        };
+    };
+    let covered = |parts: Parts| {
+        parts
+            .text("up to seq ")
+            .num(up_to)
+            .text(" of ")
+            .num(snapshot.last_seq)
+    };
+    if compact {
+        return vec![Parts::first_fitting(
+            width,
+            vec![
+                covered(head().text(format!("{when}, "))),
+                covered(head().text(format!(" {time} "))),
+                violations(head().text(format!(" {time}"))),
+            ],
+        )];
     }
+    let first = Parts::first_fitting(
+        width,
+        vec![
+            violations(head().text(format!("{when}{ago}"))),
+            violations(head().text(when.clone())),
+            violations(head().text(format!(" {time}"))),
+            violations(head()),
+        ],
+    );
+    let checked = |parts: Parts| match verify.facts {
+        Some(facts) => parts
+            .text("checked ")
+            .count(facts, "fact", "facts")
+            .text(", "),
+        None => parts,
+    };
+    // Where to look when it failed; when it holds, when it runs again.
+    let after = if verify.ok {
+        next.unwrap_or_default()
+    } else {
+        " · the worker's log lists the violations".to_string()
+    };
+    let second = Parts::first_fitting(
+        width,
+        vec![
+            covered(checked(Parts::new().text(indent.clone()))).text(after.clone()),
+            covered(Parts::new().text(indent.clone())).text(after),
+            covered(Parts::new().text(indent)),
+        ],
+    );
+    vec![first, second]
 }
 
 fn oldest_pending_line(snapshot: &Snapshot, theme: Theme) -> Parts {
@@ -822,29 +950,30 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     }
     let keys = app.visible_keys();
     let page = app.shown().keys.as_ref();
-    // Compact layouts drop the name: the tab bar already says it.
-    let mut title = Parts::new().text(if roomy { "Keys · " } else { "" });
-    if let Some(page) = page {
-        title = title.num(usize_units(keys.len())).text(" shown");
-        if page.next.is_some() {
-            title = title.text(", more: ]");
-        }
-        if !app.key_pages.is_empty() {
-            title = title
-                .text(" · page ")
-                .num(usize_units(app.key_pages.len()) + 1);
-        }
-    }
-    title = match app.sorts.keys {
-        KeySort::Server => title,
-        KeySort::OldestFirst => title.text(" · oldest first"),
-        KeySort::Key => title.text(" · by key"),
-        KeySort::Client => title.text(" · by client"),
+    // The panel's border takes two cells; without one, the title has the whole line.
+    let inner_width = if roomy {
+        table_area.width.saturating_sub(2)
+    } else {
+        table_area.width
     };
-    if keys.iter().any(|k| k.lease_expired) {
-        title = title.text(" · ! lease expired");
-    }
-    let inner = panel(frame, table_area, title, roomy, theme);
+    let layout = key_columns(inner_width);
+    let title = keys_title(
+        app,
+        &keys,
+        layout.iter().any(|(c, _)| *c == KeyCol::Replays),
+    );
+    let title_width = if roomy {
+        usize::from(inner_width.saturating_sub(2))
+    } else {
+        usize::from(inner_width)
+    };
+    let inner = panel(
+        frame,
+        table_area,
+        Parts::first_fitting(title_width, title),
+        roomy,
+        theme,
+    );
     if page.is_none() {
         draw_waiting(frame, inner, app, theme);
         return;
@@ -860,82 +989,35 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         frame.render_widget(Paragraph::new(Span::styled(text, theme.dim())), inner);
         return;
     }
-    let width = inner.width;
-    let amount_need = keys
+    // Where the status has no column of its own, the outcome's says it too.
+    let merged = !layout.iter().any(|(c, _)| *c == KeyCol::Status);
+    let needs = |col: KeyCol| -> usize {
+        keys.iter()
+            .map(|record| match col {
+                KeyCol::Amount => cells(&money(record.amount, &record.currency)),
+                KeyCol::Outcome => cells(&outcome_cell(record, merged)),
+                KeyCol::Replays => record.replays.to_string().len(),
+                KeyCol::Conflicts => record.conflicts.to_string().len(),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    let spec: Vec<Column> = layout
         .iter()
-        .map(|record| cells(&money(record.amount, &record.currency)))
-        .max()
-        .unwrap_or(0);
-    let replays_need = digits_needed(keys.iter().map(|record| record.replays));
-    let conflicts_need = digits_needed(keys.iter().map(|record| record.conflicts));
-    // Key names shrink to 12 cells before the numbers shorten.
-    let key_column = Column::text(Constraint::Fill(1), 12);
-    let (header, layout): (Vec<&str>, Vec<Column>) = if width >= 100 {
-        (
-            vec![
-                "status",
-                "client",
-                "key",
-                "command",
-                "account",
-                "amount",
-                "age",
-                "replays",
-                "conflicts",
-            ],
-            vec![
-                Column::fixed(8),
-                Column::fixed(10),
-                key_column,
-                Column::fixed(8),
-                Column::fixed(12),
-                Column::number(14, amount_need),
-                Column::fixed(7),
-                Column::number(7, replays_need),
-                Column::number(9, conflicts_need),
-            ],
-        )
-    } else if width >= 64 {
-        (
-            vec![
-                "status", "client", "key", "command", "amount", "age", "repl",
-            ],
-            vec![
-                Column::fixed(8),
-                Column::fixed(8),
-                key_column,
-                Column::fixed(8),
-                Column::number(13, amount_need),
-                Column::fixed(7),
-                Column::number(4, replays_need),
-            ],
-        )
-    } else {
-        (
-            vec!["status", "key", "age"],
-            vec![
-                Column::fixed(8),
-                Column::text(Constraint::Fill(1), 8),
-                Column::fixed(7),
-            ],
-        )
-    };
-    let (widths, fitted) = columns(&layout, table_width(width), 1);
-    // Which of `all` below each layout shows, and so the width each of `all` gets.
-    let visible: &[usize] = match header.len() {
-        9 => &[0, 1, 2, 3, 4, 5, 6, 7, 8],
-        7 => &[0, 1, 2, 3, 5, 6, 7],
-        _ => &[0, 2, 6],
-    };
-    let mut width_of = [0u16; 9];
-    for (column, i) in visible.iter().enumerate() {
-        width_of[*i] = fitted[column];
-    }
+        .map(|(col, header)| col.column(cells(header), needs(*col)))
+        .collect();
+    let (widths, fitted) = columns(&spec, table_width(inner.width), 1);
+    // The key column fills what the others leave; a key longer than that ends in `…`.
+    let others: u16 = widths
+        .iter()
+        .map(|w| match w {
+            Constraint::Length(n) => *n + 1,
+            _ => 0,
+        })
+        .sum();
+    let key_width = usize::from(table_width(inner.width).saturating_sub(others));
     let rows = keys.iter().map(|record| {
-        let status = match (record.status, record.lease_expired) {
-            (KeyStatus::Pending, true) => "pending!".to_string(),
-            (status, _) => status.name().to_string(),
-        };
         let style = if record.lease_expired {
             theme.bad()
         } else {
@@ -945,23 +1027,33 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 KeyStatus::Done | KeyStatus::Unknown => Style::new(),
             }
         };
-        let all = [
-            status,
-            record.client.to_string(),
-            record.key.to_string(),
-            record.command.to_string(),
-            target(record),
-            money_fit(record.amount, &record.currency, width_of[5]),
-            format_age(record.age_ms),
-            fit_number(record.replays.into(), width_of[7].into()),
-            fit_number(record.conflicts.into(), width_of[8].into()),
-        ];
-        let cells: Vec<Cell> = visible
+        let cells: Vec<Cell> = layout
             .iter()
-            .map(|i| Cell::from(all[*i].clone()))
+            .zip(&fitted)
+            .map(|((col, _), cell_width)| {
+                let width = usize::from(*cell_width);
+                match col {
+                    KeyCol::Status => Cell::from(status_cell(record)),
+                    KeyCol::Client => Cell::from(record.client.to_string()),
+                    KeyCol::Key => Cell::from(fit_text(record.key.as_str(), key_width)),
+                    KeyCol::Command => Cell::from(record.command.to_string()),
+                    KeyCol::Account => Cell::from(target(record)),
+                    KeyCol::Amount => {
+                        Cell::from(money_fit(record.amount, &record.currency, *cell_width))
+                    }
+                    KeyCol::Outcome => Cell::from(Span::styled(
+                        fit_text(&outcome_cell(record, merged), width),
+                        outcome_style(&key_result(record), theme),
+                    )),
+                    KeyCol::Age => Cell::from(format_age(record.age_ms)),
+                    KeyCol::Replays => Cell::from(fit_number(record.replays.into(), width)),
+                    KeyCol::Conflicts => Cell::from(fit_number(record.conflicts.into(), width)),
+                }
+            })
             .collect();
         Row::new(cells).style(style)
     });
+    let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
     draw_table(
         frame,
         inner,
@@ -973,6 +1065,199 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     );
 }
 
+/// A column of the keys table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyCol {
+    Status,
+    Client,
+    Key,
+    Command,
+    Account,
+    Amount,
+    Outcome,
+    Age,
+    Replays,
+    Conflicts,
+}
+
+impl KeyCol {
+    /// How the column is laid out, given its header's cells and its longest value's.
+    fn column(self, header: usize, need: usize) -> Column {
+        let header = u16::try_from(header).unwrap_or(u16::MAX);
+        match self {
+            KeyCol::Status | KeyCol::Command | KeyCol::Client => Column::fixed(8),
+            // Key names shrink to 10 cells before the numbers shorten.
+            KeyCol::Key => Column::text(Constraint::Fill(1), 10),
+            KeyCol::Account => Column::fixed(10),
+            KeyCol::Amount => Column::number(13, need),
+            // Room for `applied` and `pending!`; a rejection code widens it after the
+            // amounts, and is cut with a `…` only when the terminal is narrow.
+            KeyCol::Outcome => Column::label(8, need),
+            KeyCol::Age => Column::fixed(7),
+            KeyCol::Replays | KeyCol::Conflicts => Column::number(header, need),
+        }
+    }
+}
+
+/// The keys table's columns for a table `width` cells wide, with their headers. Narrower
+/// tables drop the account, the status (the outcome column then says `pending`), the
+/// counts, then the client and the command: what became of a key stays.
+fn key_columns(width: u16) -> Vec<(KeyCol, &'static str)> {
+    if width >= 100 {
+        vec![
+            (KeyCol::Status, "status"),
+            (KeyCol::Client, "client"),
+            (KeyCol::Key, "key"),
+            (KeyCol::Command, "command"),
+            (KeyCol::Account, "account"),
+            (KeyCol::Amount, "amount"),
+            (KeyCol::Outcome, "outcome"),
+            (KeyCol::Age, "age"),
+            (KeyCol::Replays, "replays"),
+            (KeyCol::Conflicts, "conflicts"),
+        ]
+    } else if width >= 64 {
+        vec![
+            (KeyCol::Outcome, "outcome"),
+            (KeyCol::Client, "client"),
+            (KeyCol::Key, "key"),
+            (KeyCol::Command, "command"),
+            (KeyCol::Amount, "amount"),
+            (KeyCol::Age, "age"),
+        ]
+    } else {
+        vec![
+            (KeyCol::Outcome, "outcome"),
+            (KeyCol::Key, "key"),
+            (KeyCol::Age, "age"),
+        ]
+    }
+}
+
+/// The keys panel's title, longest first: what is shown, the order, where the counts
+/// begin (when they are shown), and an expired lease, which stays while anything does.
+fn keys_title(app: &App, keys: &[&KeyRecord], counts_shown: bool) -> Vec<Parts> {
+    let roomy_name = if roomy(Rect::new(0, 0, app.size.0, app.size.1)) {
+        "Keys · "
+    } else {
+        // Compact layouts drop the name: the tab bar already says it.
+        ""
+    };
+    let mut shown = Parts::new().text(roomy_name);
+    let mut more = Parts::new();
+    if let Some(page) = app.shown().keys.as_ref() {
+        shown = shown.num(usize_units(keys.len())).text(" shown");
+        if page.next.is_some() {
+            more = more.text(", more: ]");
+        }
+        if !app.key_pages.is_empty() {
+            more = more
+                .text(" · page ")
+                .num(usize_units(app.key_pages.len()) + 1);
+        }
+    }
+    let sort = match app.sorts.keys {
+        KeySort::Newest => " · newest first",
+        KeySort::Key => " · by key",
+    };
+    let lease = if keys.iter().any(|k| k.lease_expired) {
+        " · ! lease expired"
+    } else {
+        ""
+    };
+    let since = match started_at(app) {
+        Some(time) => format!(" · replays, conflicts since the worker started {time}"),
+        None => " · replays, conflicts since the worker started".to_string(),
+    };
+    let join = |parts: &[&Parts], texts: &[&str]| {
+        let mut line = Parts::new();
+        for part in parts {
+            line.0.extend(part.0.iter().cloned());
+        }
+        for text in texts {
+            line = line.text(*text);
+        }
+        line
+    };
+    let mut variants = Vec::new();
+    if counts_shown {
+        variants.push(join(&[&shown, &more], &[sort, since.as_str(), lease]));
+    }
+    variants.push(join(&[&shown, &more], &[sort, lease]));
+    // Narrow footers say the order (see `draw_footer`): the title keeps the paging.
+    variants.push(join(&[&shown, &more], &[lease]));
+    variants.push(join(&[&shown], &[lease]));
+    variants
+}
+
+/// `HH:MM:SS` when the worker started, if it says.
+fn started_at(app: &App) -> Option<String> {
+    let snapshot = app.shown().snapshot.as_ref()?;
+    snapshot.started_at.as_ref().map(clock_time)
+}
+
+/// What became of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyResult {
+    Pending,
+    Applied,
+    /// The rejection code, sanitised.
+    Rejected(String),
+    /// Done, but the answer says neither (a worker this dashboard does not know).
+    Unknown,
+}
+
+fn key_result(record: &KeyRecord) -> KeyResult {
+    if record.status == KeyStatus::Pending {
+        return KeyResult::Pending;
+    }
+    let Some(Value::Object(outcome)) = &record.outcome else {
+        return KeyResult::Unknown;
+    };
+    let word = |name: &str| outcome.get(name).and_then(Value::as_str);
+    match (word("outcome"), word("code")) {
+        (Some("applied"), _) => KeyResult::Applied,
+        (Some("rejected") | None, Some(code)) => KeyResult::Rejected(sanitize(code)),
+        _ => KeyResult::Unknown,
+    }
+}
+
+fn outcome_style(result: &KeyResult, theme: Theme) -> Style {
+    match result {
+        KeyResult::Applied => theme.good(),
+        KeyResult::Rejected(_) => theme.warn(),
+        KeyResult::Pending => Style::new(),
+        KeyResult::Unknown => theme.dim(),
+    }
+}
+
+/// The status column: `pending!` when the claim's lease has run out.
+fn status_cell(record: &KeyRecord) -> String {
+    match (record.status, record.lease_expired) {
+        (KeyStatus::Pending, true) => "pending!".to_string(),
+        (status, _) => status.name().to_string(),
+    }
+}
+
+/// The outcome column: `applied` or the rejection code; `–` while pending. `merged`: there
+/// is no status column, so this one says `pending` and `expired` too.
+fn outcome_cell(record: &KeyRecord, merged: bool) -> String {
+    let result = match key_result(record) {
+        KeyResult::Pending if merged => return status_cell(record),
+        KeyResult::Unknown if merged && record.status == KeyStatus::Expired => {
+            return "expired".to_string();
+        }
+        KeyResult::Pending | KeyResult::Unknown => "–".to_string(),
+        KeyResult::Applied => "applied".to_string(),
+        KeyResult::Rejected(code) => code,
+    };
+    if merged && record.status == KeyStatus::Expired {
+        format!("{result}, expired")
+    } else {
+        result
+    }
+}
+
 fn draw_key_detail(
     frame: &mut Frame,
     area: Rect,
@@ -982,48 +1267,6 @@ fn draw_key_detail(
     theme: Theme,
 ) {
     let inner = panel(frame, area, "Key detail", roomy, theme);
-    let label = |text: &str| Span::styled(format!("{text:<10}"), theme.header());
-    let mut lines = vec![
-        Line::from(vec![label("client"), Span::raw(record.client.to_string())]),
-        Line::from(vec![label("key"), Span::raw(record.key.to_string())]),
-        Line::from(vec![
-            label("status"),
-            Span::raw(format!(
-                "{}, age {}",
-                record.status.name(),
-                format_age(record.age_ms)
-            )),
-            if record.lease_expired {
-                Span::styled(" lease expired!", theme.bad())
-            } else {
-                Span::raw("")
-            },
-        ]),
-        Line::from(vec![
-            label("command"),
-            Span::raw(format!(
-                "{} {} {}",
-                record.command,
-                money(record.amount, &record.currency),
-                target(record)
-            )),
-        ]),
-        Line::from(vec![
-            label("repeats"),
-            Span::raw(format!(
-                "{} replayed · {} conflicted",
-                record.replays, record.conflicts
-            )),
-        ]),
-    ];
-    lines.push(Line::from(vec![
-        label("outcome"),
-        Span::raw(match &record.outcome {
-            Some(outcome) => fields_text(outcome, inner.width),
-            None if record.status == KeyStatus::Pending => "none yet: in flight".to_string(),
-            None => "not stored (swept after retention)".to_string(),
-        }),
-    ]));
     let fact = app
         .shown()
         .detail
@@ -1031,18 +1274,16 @@ fn draw_key_detail(
         .filter(|d| d.client == record.client && d.key == record.key)
         .and_then(|d| d.fact.as_ref())
         .or(record.fact.as_ref());
-    lines.push(Line::from(vec![
-        label("fact"),
-        Span::raw(match fact {
-            Some(fact) => fields_text(fact, inner.width),
-            None if record.status == KeyStatus::Pending => "none yet: in flight".to_string(),
-            None => "loading…".to_string(),
-        }),
-    ]));
-    let paragraph = Paragraph::new(lines).wrap(Wrap { trim: false });
-    // The pane does not scroll, and its last lines hold the amounts and balances: what
-    // falls off the bottom is said, not dropped without a word.
-    let total = paragraph.line_count(inner.width);
+    let fields = key_fields(record, fact, started_at(app).as_deref(), theme);
+    let width = usize::from(inner.width);
+    let lines: Vec<Line> = fields
+        .iter()
+        .flat_map(|field| field.lines(width, theme))
+        .collect();
+    let paragraph = Paragraph::new(lines.clone());
+    // The pane does not scroll: what falls off the bottom is said, not dropped without a
+    // word.
+    let total = lines.len();
     if total <= usize::from(inner.height) || inner.height < 2 {
         frame.render_widget(paragraph, inner);
         return;
@@ -1053,9 +1294,312 @@ fn draw_key_detail(
     let hidden = total - usize::from(text.height);
     let line = Parts::new()
         .styled("… ", theme.warn())
-        .num_styled(usize_units(hidden), theme.warn(), 0)
-        .styled(" more lines; enlarge the terminal", theme.warn());
+        .count_styled(usize_units(hidden), "more line", "more lines", theme.warn())
+        .styled("; enlarge the terminal", theme.warn());
     frame.render_widget(Paragraph::new(line.line(marker.width.into())), marker);
+}
+
+/// Cells of the labels in the key detail; values start after them.
+const LABEL_CELLS: usize = 10;
+
+/// One labelled field of the key detail: a value of words, wrapped under itself.
+struct Field {
+    label: String,
+    value: Parts,
+    style: Style,
+}
+
+impl Field {
+    fn new(label: impl Into<String>, value: impl Into<Parts>) -> Field {
+        Field {
+            label: label.into(),
+            value: value.into(),
+            style: Style::new(),
+        }
+    }
+
+    fn styled(mut self, style: Style) -> Field {
+        self.style = style;
+        self
+    }
+
+    /// The field in `width` cells: the label, then the value's words wrapped at word
+    /// boundaries and indented under the first. A number stays whole on its line, fitted
+    /// to it when even a line of its own is too narrow.
+    fn lines(&self, width: usize, theme: Theme) -> Vec<Line<'static>> {
+        let room = width.saturating_sub(LABEL_CELLS).max(1);
+        let mut rows: Vec<Parts> = vec![Parts::new()];
+        for part in &self.value.0 {
+            let words: Vec<Part> = match part {
+                Part::Text(text, style) => split_words(text)
+                    .into_iter()
+                    .map(|word| Part::Text(word, *style))
+                    .collect(),
+                number => vec![number.clone()],
+            };
+            for word in words {
+                let current = rows.last().map_or(0, Parts::full_width);
+                let piece = Parts(vec![word.clone()]).full_width();
+                let blank = matches!(&word, Part::Text(text, _) if text.trim().is_empty());
+                if current > 0 && current + piece > room {
+                    if blank {
+                        continue;
+                    }
+                    rows.push(Parts::new());
+                }
+                if let Some(row) = rows.last_mut() {
+                    row.0.push(word);
+                }
+            }
+        }
+        let mut lines = Vec::new();
+        // A label too long for its column (a field named by the worker) has a line of
+        // its own, and the value goes under it.
+        let label_alone = cells(&self.label) >= LABEL_CELLS;
+        if label_alone {
+            lines.push(Line::styled(self.label.clone(), theme.header()));
+        }
+        for (i, row) in rows.iter().enumerate() {
+            let label = if i == 0 && !label_alone {
+                format!("{:<LABEL_CELLS$}", self.label)
+            } else {
+                " ".repeat(LABEL_CELLS)
+            };
+            let mut spans = vec![Span::styled(label, theme.header())];
+            spans.extend(restyle(row.line(room), self.style).spans);
+            lines.push(Line::from(spans));
+        }
+        lines
+    }
+}
+
+/// `text` as words that keep their following spaces, so joined they read as before.
+fn split_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    for c in text.chars() {
+        if c == ' ' {
+            word.push(c);
+        } else {
+            if word.ends_with(' ') {
+                words.push(std::mem::take(&mut word));
+            }
+            word.push(c);
+        }
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// Fields of the stored answer that [`key_fields`] shows in its own words.
+const SHOWN_OUTCOME_FIELDS: &[&str] = &[
+    "outcome",
+    "code",
+    "type",
+    "status",
+    "title",
+    "key",
+    "command",
+    "account",
+    "amount",
+    "currency",
+    "withdrawal",
+    "seq",
+    "balance",
+    "refunded_total",
+    "created_at",
+];
+
+/// Amounts among the answer's other fields, shown as money in the key's currency.
+fn is_money_field(name: &str) -> bool {
+    ["amount", "balance", "refunded", "total"]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
+/// The key detail as labelled fields: who and which key, where it stands, the command,
+/// what became of it with its money in major units, the fact, and the counts.
+fn key_fields(
+    record: &KeyRecord,
+    fact: Option<&Value>,
+    started: Option<&str>,
+    theme: Theme,
+) -> Vec<Field> {
+    let outcome = match &record.outcome {
+        Some(Value::Object(map)) => Some(map),
+        _ => None,
+    };
+    let text = |map: Option<&serde_json::Map<String, Value>>, name: &str| {
+        map.and_then(|m| m.get(name))
+            .and_then(Value::as_str)
+            .map(sanitize)
+    };
+    let currency = if record.currency.is_empty() {
+        text(outcome, "currency")
+            .or_else(|| text(fact.and_then(Value::as_object), "currency"))
+            .unwrap_or_default()
+    } else {
+        record.currency.to_string()
+    };
+    let amount_of = |value: Option<&Value>| value.and_then(units);
+    let with_money = |parts: Parts, minor: i128| {
+        if currency.is_empty() {
+            parts.num(minor).text(" (minor units)")
+        } else {
+            parts.money(minor, &currency).text(format!(" {currency}"))
+        }
+    };
+
+    let mut fields = vec![
+        Field::new("client", record.client.to_string()),
+        Field::new("key", record.key.to_string()),
+    ];
+    let age = format_age(record.age_ms);
+    let since = clock_time(&record.since);
+    fields.push(match record.status {
+        KeyStatus::Pending if record.lease_expired => Field::new(
+            "status",
+            format!("pending since {since}, {age}: lease expired!"),
+        )
+        .styled(theme.bad()),
+        KeyStatus::Pending => {
+            Field::new("status", format!("pending since {since}, {age}")).styled(theme.warn())
+        }
+        KeyStatus::Done => Field::new("status", format!("done at {since}, {age} ago")),
+        KeyStatus::Expired => Field::new(
+            "status",
+            format!("expired: done at {since}, {age} ago; the stored answer was swept, a retry is answered from the fact"),
+        ),
+        KeyStatus::Unknown => Field::new("status", format!("? since {since}")),
+    });
+
+    let command = Parts::new().text(format!("{} ", record.command));
+    let command = match record.amount {
+        Some(amount) => with_money(command, amount.into()),
+        None => command,
+    };
+    let command = match (&record.withdrawal, record.command.as_str()) {
+        (Some(withdrawal), _) => command.text(format!(" of withdrawal {withdrawal}")),
+        (None, "deposit") => command.text(format!(" to {}", record.account)),
+        (None, _) => command.text(format!(" from {}", record.account)),
+    };
+    fields.push(Field::new("command", command));
+
+    // The answer's seq is the fact's, which the fact line shows.
+    let result = key_result(record);
+    match &result {
+        KeyResult::Pending => fields.push(Field::new("outcome", "none yet: in flight")),
+        KeyResult::Unknown if outcome.is_none() => {
+            fields.push(Field::new("outcome", "not stored (swept after retention)"))
+        }
+        KeyResult::Unknown => fields.push(Field::new("outcome", "?")),
+        KeyResult::Applied => {
+            fields.push(Field::new("outcome", "applied").styled(outcome_style(&result, theme)));
+            if let Some(balance) = amount_of(outcome.and_then(|m| m.get("balance"))) {
+                let account = text(outcome, "account").unwrap_or_default();
+                let line = with_money(Parts::new(), balance);
+                fields.push(Field::new(
+                    "balance",
+                    line.text(format!(" on {account} after it")),
+                ));
+            }
+            if let Some(total) = amount_of(outcome.and_then(|m| m.get("refunded_total"))) {
+                let line = with_money(Parts::new(), total);
+                fields.push(Field::new(
+                    "refunded",
+                    line.text(" of the withdrawal in all"),
+                ));
+            }
+        }
+        KeyResult::Rejected(code) => {
+            fields.push(
+                Field::new("outcome", format!("rejected: {code}"))
+                    .styled(outcome_style(&result, theme)),
+            );
+            if let Some(title) = text(outcome, "title") {
+                fields.push(Field::new("reason", title));
+            }
+            if let Some(balance) = amount_of(outcome.and_then(|m| m.get("balance"))) {
+                fields.push(Field::new("balance", with_money(Parts::new(), balance)));
+            }
+        }
+    }
+    // Whatever else the answer holds, labelled by its name: a worker may say more than
+    // this dashboard knows of.
+    for (name, value) in outcome.into_iter().flatten() {
+        if SHOWN_OUTCOME_FIELDS.contains(&name.as_str()) {
+            continue;
+        }
+        let label = sanitize(name).replace('_', " ");
+        let field = match (units(value), is_money_field(name)) {
+            (Some(minor), true) => Field::new(label, with_money(Parts::new(), minor)),
+            (Some(n), false) => Field::new(label, Parts::new().num(n)),
+            (None, _) => match value {
+                Value::String(s) => Field::new(label, sanitize(s)),
+                other => Field::new(label, json_text(other)),
+            },
+        };
+        fields.push(field);
+    }
+
+    fields.push(Field::new(
+        "fact",
+        match fact {
+            Some(fact) => fact_words(fact),
+            None if record.status == KeyStatus::Pending => "none yet: in flight".to_string(),
+            None => "loading…".to_string(),
+        },
+    ));
+    let since_start = match started {
+        Some(time) => format!(" since the worker started at {time}"),
+        None => " since the worker started".to_string(),
+    };
+    fields.push(Field::new(
+        "repeats",
+        Parts::new()
+            .count(record.replays, "replay", "replays")
+            .text(" · ")
+            .count(record.conflicts, "conflict", "conflicts")
+            .text(since_start),
+    ));
+    fields
+}
+
+/// A fact in a few words: `#131 WithdrawalRecorded at 11:58:00`, with a rejection's code.
+fn fact_words(fact: &Value) -> String {
+    let field = |name: &str| fact.get(name).and_then(Value::as_str).map(sanitize);
+    let mut words = Vec::new();
+    if let Some(seq) = fact.get("seq").and_then(Value::as_u64) {
+        words.push(format!("#{seq}"));
+    }
+    if let Some(name) = field("type") {
+        words.push(name);
+    }
+    if let Some(code) = field("rejection") {
+        words.push(format!("({code})"));
+    }
+    if let Some(at) = field("at") {
+        words.push(format!("at {}", clock_time(&Clean::new(&at))));
+    }
+    if words.is_empty() {
+        json_text(fact)
+    } else {
+        words.join(" ")
+    }
+}
+
+/// An integer of the feed: a JSON number, or a decimal string for one wider than 64 bits.
+fn units(value: &Value) -> Option<i128> {
+    match value {
+        Value::Number(n) => n
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from)),
+        Value::String(text) => text.parse::<i128>().ok(),
+        _ => None,
+    }
 }
 
 /// The account a command names, or for a refund the withdrawal it refunds.
@@ -1094,9 +1638,12 @@ fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         upper
     };
     let counters = &snapshot.counters;
+    // The counters count every conflict (on sled, since the ledger began; through the
+    // inbox too), the list only this worker's answers over HTTP, the newest 50: the
+    // header says which is which, so a count the list does not reach is not a mystery.
     let title = if roomy {
         Parts::new()
-            .text("Conflicts · 409 in flight ")
+            .text("Conflicts · counted: 409 in flight ")
             .num(counters.conflicts_in_flight)
             .text(" · 422 reused ")
             .num(counters.conflicts_reused)
@@ -1111,20 +1658,87 @@ fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
             .text(" · absorbed ")
             .num(counters.replayed)
     };
-    let title = match app.sorts.conflicts {
+    let sorted = |title: Parts| match app.sorts.conflicts {
         ConflictSort::Newest => title,
         ConflictSort::Client => title.text(" · by client"),
         ConflictSort::Key => title.text(" · by key"),
     };
+    let counted_only = Parts::new()
+        .text(if roomy { "Conflicts · counted: " } else { "" })
+        .text("409 ")
+        .num(counters.conflicts_in_flight)
+        .text(" · 422 ")
+        .num(counters.conflicts_reused);
+    let title_width = usize::from(if roomy {
+        area.width.saturating_sub(4)
+    } else {
+        area.width
+    });
+    let title = Parts::first_fitting(title_width, vec![sorted(title), sorted(counted_only)]);
     let inner = panel(frame, area, title, roomy, theme);
+    let started = started_at(app);
+    let counted = counters
+        .conflicts_in_flight
+        .saturating_add(counters.conflicts_reused);
+    if snapshot.conflicts.is_empty() {
+        let text = if counted == 0 {
+            "no conflicts: every repeat matched its first attempt".to_string()
+        } else {
+            let since = started.map(|t| format!(" at {t}")).unwrap_or_default();
+            // A worker that counts its own came by them since it started: the inbox.
+            let came = match snapshot.observed_scope {
+                ObservedScope::Worker => "through the inbox",
+                ObservedScope::Ledger | ObservedScope::Unknown => {
+                    "before that, or through the inbox"
+                }
+            };
+            format!(
+                "none listed: this worker has answered none over HTTP since it started{since}; \
+                 the {counted} counted came {came}"
+            )
+        };
+        frame.render_widget(
+            Paragraph::new(Span::styled(text, theme.dim())).wrap(Wrap { trim: true }),
+            inner,
+        );
+        return;
+    }
+    let [listed_area, inner] =
+        Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(inner);
+    let listed = |kind: ConflictKind| {
+        usize_units(snapshot.conflicts.iter().filter(|c| c.kind == kind).count())
+    };
+    let kinds = Parts::new()
+        .text("listed: ")
+        .num(listed(ConflictKind::InFlight))
+        .text(" in flight · ")
+        .num(listed(ConflictKind::Reused))
+        .text(" reused");
+    let since = started.map(|t| format!(" at {t}")).unwrap_or_default();
+    let line = Parts::first_fitting(
+        listed_area.width.into(),
+        vec![
+            kinds.clone().text(format!(
+                ", this worker's answers over HTTP since it started{since}, the newest 50 at most"
+            )),
+            kinds
+                .clone()
+                .text(", this worker's answers over HTTP since it started"),
+            kinds
+                .clone()
+                .text(": answers over HTTP since the worker started"),
+            kinds.clone().text(" since the worker started"),
+            kinds,
+        ],
+    );
+    frame.render_widget(
+        Paragraph::new(restyle(line.line(listed_area.width.into()), theme.dim())),
+        listed_area,
+    );
     let conflicts = app.visible_conflicts();
     if conflicts.is_empty() {
         frame.render_widget(
-            Paragraph::new(Span::styled(
-                "no conflicts: every repeat matched its first attempt",
-                theme.dim(),
-            ))
-            .wrap(Wrap { trim: true }),
+            Paragraph::new(Span::styled("none matches the filter", theme.dim())),
             inner,
         );
         return;
@@ -1523,8 +2137,8 @@ fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         area,
         Parts::new()
             .text("Log · ")
-            .num(usize_units(facts.len()))
-            .text(format!(" facts · {mode}")),
+            .count(usize_units(facts.len()), "fact", "facts")
+            .text(format!(" · {mode}")),
         roomy,
         theme,
     );
@@ -1688,45 +2302,6 @@ fn draw_table<'a>(
 /// serde_json escapes C0 controls itself; `sanitize` removes the rest (C1, bidi).
 pub fn json_text(value: &Value) -> String {
     sanitize(&serde_json::to_string(value).unwrap_or_default())
-}
-
-/// A JSON object as `name=value` words, so it wraps at word boundaries in a pane
-/// `width` cells wide; anything else as JSON. Sanitised like [`json_text`].
-///
-/// A wrapped word longer than the pane is broken across lines, which would show a
-/// number's first digits as if they were all of it. So an integer (wide ones come as
-/// strings) that does not fit on a line with its name starts a line of its own, and one
-/// wider than the pane is shortened to fit it.
-fn fields_text(value: &Value, width: u16) -> String {
-    let width = usize::from(width);
-    match value {
-        Value::Object(fields) => fields
-            .iter()
-            .map(|(name, value)| {
-                let name = sanitize(name);
-                let integer = match value {
-                    Value::Number(n) => n
-                        .as_i64()
-                        .map(i128::from)
-                        .or_else(|| n.as_u64().map(i128::from)),
-                    Value::String(text) => text.parse::<i128>().ok(),
-                    _ => None,
-                };
-                let text = match value {
-                    Value::String(text) => sanitize(text),
-                    other => json_text(other),
-                };
-                match integer {
-                    Some(n) if cells(&name) + 1 + cells(&text) > width => {
-                        format!("{name}= {}", fit_number(n, width))
-                    }
-                    _ => format!("{name}={text}"),
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
-        other => json_text(other),
-    }
 }
 
 fn join_clean(items: &[Clean], separator: &str) -> String {

@@ -36,8 +36,13 @@ pub fn snapshot(pending: u64, done: u64, expired: u64) -> Snapshot {
         "throughput": throughput,
         "commit": {"p50_ms": 0.8, "p99_ms": 3.1, "batch_size_avg": 12.0, "batches": 100},
         "size_on_disk_bytes": 123_456,
-        "verify": {"at": "2026-11-30T11:59:00.000Z", "ok": true,
-                   "summary": "checked 140 facts, 0 violations"},
+        "verify": {"at": "2026-11-30T11:59:00.000Z", "run": "periodic", "up_to_seq": 138,
+                   "ok": true, "facts": 138, "keys_done": 130, "keys_expired": 4,
+                   "accounts": 5, "currencies": 2, "violations": 0, "took_ms": 41,
+                   "next_at": "2026-11-30T12:09:00.041Z",
+                   "summary": "checked 138 facts, 130 keys done, 4 expired, 5 accounts in 2 currencies"},
+        "started_at": "2026-11-30T08:00:00.000Z",
+        "observed_scope": "ledger",
         "pending": [
             {"client": "shop", "key": "ord-8831", "command": "withdraw", "account": "alice",
              "amount": 300, "currency": "RUB", "age_ms": 12_400, "lease_expired": true},
@@ -59,11 +64,38 @@ pub fn snapshot(pending: u64, done: u64, expired: u64) -> Snapshot {
 }
 
 pub fn keys_page() -> KeysPage {
-    let receipt = |key: &str, seq: u64, balance: i64| {
-        json!({"key": key, "command": "withdraw", "account": "alice", "amount": 300,
-               "currency": "RUB", "seq": seq, "balance": balance,
-               "at": "2026-11-30T11:58:00.000Z"})
+    // The stored answers as the worker renders them: a receipt, or problem details.
+    let receipt = |key: &str, command: &str, seq: u64, balance: i64, at: &str| {
+        json!({"key": key, "command": command, "account": "alice", "amount": 300,
+               "currency": "RUB", "seq": seq, "balance": balance, "created_at": at,
+               "outcome": "applied"})
     };
+    let rejection = |key: &str, seq: u64, code: &str, title: &str| {
+        json!({"key": key, "seq": seq, "created_at": "2026-11-30T11:50:00.000Z",
+               "outcome": "rejected", "type": format!("urn:idem:problem:{code}"),
+               "title": title, "status": 422, "code": code})
+    };
+    let mut mismatch = rejection(
+        EVIL_KEY,
+        120,
+        "currency_mismatch",
+        "The account holds another currency.",
+    );
+    mismatch["command"] = json!("deposit");
+    mismatch["account"] = json!("mallory");
+    mismatch["amount"] = json!(300);
+    mismatch["currency"] = json!("RUB");
+    // A field this dashboard has no words for is still shown, labelled by its name.
+    mismatch["account_currency"] = json!("USD");
+    let mut exceeds = rejection(
+        "ref-5",
+        125,
+        "refund_exceeds_withdrawal",
+        "The refunds would exceed the amount withdrawn.",
+    );
+    exceeds["command"] = json!("refund");
+    exceeds["withdrawal"] = json!("ord-2");
+    exceeds["amount"] = json!(100);
     serde_json::from_value(json!({
         "keys": [
             {"client": "shop", "key": "ord-8831", "status": "pending", "command": "withdraw",
@@ -77,21 +109,21 @@ pub fn keys_page() -> KeysPage {
             {"client": "shop", "key": "ord-2", "status": "done", "command": "withdraw",
              "account": "alice", "amount": 300, "currency": "RUB",
              "since": "2026-11-30T11:58:00.000Z", "age_ms": 120_000, "lease_expired": false,
-             "replays": 2, "conflicts": 1, "outcome": receipt("ord-2", 131, 700)},
+             "replays": 2, "conflicts": 1,
+             "outcome": receipt("ord-2", "withdraw", 131, 700, "2026-11-30T11:58:00.000Z")},
             {"client": "default", "key": EVIL_KEY, "status": "done", "command": "deposit",
              "account": "mallory", "amount": 300, "currency": "RUB",
              "since": "2026-11-30T11:50:00.000Z", "age_ms": 600_000, "lease_expired": false,
-             "replays": 0, "conflicts": 1,
-             "outcome": {"key": EVIL_KEY, "seq": 120, "balance": 300}},
+             "replays": 0, "conflicts": 1, "outcome": mismatch},
             {"client": "billing", "key": "ref-5", "status": "done", "command": "refund",
              "withdrawal": "ord-2", "amount": 100, "currency": "RUB",
              "since": "2026-11-30T11:56:00.000Z", "age_ms": 240_000, "lease_expired": false,
-             "replays": 5, "conflicts": 1,
-             "outcome": {"status": 422, "code": "refund_exceeds_withdrawal"}},
+             "replays": 5, "conflicts": 1, "outcome": exceeds},
             {"client": "default", "key": "dep-1", "status": "expired", "command": "deposit",
              "account": "alice", "amount": 1000, "currency": "RUB",
              "since": "2026-11-29T10:00:00.000Z", "age_ms": 93_600_000,
-             "lease_expired": false, "replays": 1, "conflicts": 0}
+             "lease_expired": false, "replays": 1, "conflicts": 0,
+             "outcome": receipt("dep-1", "deposit", 3, 1000, "2026-11-29T10:00:00.000Z")}
         ],
         "next": "cursor-6"
     }))
@@ -240,8 +272,12 @@ pub fn extreme_snapshot() -> Snapshot {
         "commit": {"p50_ms": 123_456.7, "p99_ms": 1e12, "batch_size_avg": 1e15,
                    "batches": u64::MAX},
         "size_on_disk_bytes": u64::MAX,
-        "verify": {"at": "2026-11-30T11:59:00.000Z", "ok": true,
-                   "summary": "checked 18446744073709551615 facts, 0 violations"},
+        "verify": {"at": "2026-11-30T11:59:00.000Z", "run": "periodic",
+                   "up_to_seq": u64::MAX - 1, "ok": false, "facts": u64::MAX - 1,
+                   "violations": u64::MAX, "next_at": "2026-11-30T12:09:00.000Z",
+                   "summary": "checked 18446744073709551614 facts, 18446744073709551615 violations"},
+        "started_at": "2026-11-30T08:00:00.000Z",
+        "observed_scope": "worker",
         "pending": [
             {"client": "shop", "key": "ord-max", "command": "withdraw", "account": "alice",
              "amount": u64::MAX, "currency": "RUB", "age_ms": u64::MAX,
@@ -276,7 +312,7 @@ pub fn extreme_keys_page() -> KeysPage {
              "outcome": {"key": "dep-big", "command": "deposit", "account": "alice",
                          "amount": AMOUNT_MAX, "currency": "RUB", "seq": u64::MAX,
                          "balance": 101_000_000_000_000_000_u64,
-                         "at": "2026-11-30T11:58:00.000Z"}},
+                         "created_at": "2026-11-30T11:58:00.000Z", "outcome": "applied"}},
             {"client": "default", "key": "dep-1", "status": "expired", "command": "deposit",
              "account": "bob", "amount": 1, "currency": "RUB",
              "since": "2026-11-29T10:00:00.000Z", "age_ms": 93_600_000,

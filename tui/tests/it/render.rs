@@ -306,3 +306,95 @@ fn extreme_log() {
     press(&mut app, "5");
     check("extreme_log", &app);
 }
+
+/// `s` lists keys by name, numbers in them by value: `big-17` before `big-102`.
+#[test]
+fn keys_by_key() {
+    let mut app = live_app(true);
+    press(&mut app, "2s");
+    let query = app.key_query();
+    let mut page = fixture::keys_page();
+    for (key, age_ms) in [("big-102", 5_000), ("big-17", 9_000), ("big-9", 1_000)] {
+        let mut record = page.keys[2].clone();
+        record.key = ledger_tui::sanitize::Clean::new(key);
+        record.age_ms = age_ms;
+        page.keys.push(record);
+    }
+    app.handle(data(Data::Keys { query, page }));
+    check("keys_by_key", &app);
+}
+
+/// A rejected key's detail: the code, the reason, and a field this dashboard has no
+/// words for, labelled by its name; the key's escape sequence does not reach the screen.
+#[test]
+fn keys_detail_rejected() {
+    let mut app = live_app(true);
+    press(&mut app, "2jjjj<Enter>");
+    let (_, key) = app.wants().detail.unwrap();
+    assert_eq!(key, fixture::EVIL_KEY.replace(['\u{1b}', '\u{9b}'], ""));
+    let mut detail = fixture::keys_page().keys[3].clone();
+    detail.fact = Some(serde_json::json!({"seq": 120, "type": "CommandRejected",
+        "rejection": "currency_mismatch", "at": "2026-11-30T11:50:00.000Z",
+        "command": "deposit", "account": "mallory", "amount": 300, "currency": "RUB"}));
+    app.handle(data(Data::KeyDetail(Box::new(detail))));
+    check("keys_detail_rejected", &app);
+}
+
+/// A refund's detail names its withdrawal and shows its amount in the withdrawal's
+/// currency; its rejection's code is written out.
+#[test]
+fn refund_detail_reads_as_words() {
+    let mut app = live_app(true);
+    press(&mut app, "2jjj<Enter>");
+    app.handle(Event::Resize(120, 40));
+    let screen = render(&app, 120, 40).backend().to_string();
+    for words in [
+        "refund 1.00 RUB of withdrawal ord-2",
+        "outcome   rejected: refund_exceeds_withdrawal",
+        "reason    The refunds would exceed the amount",
+        "repeats   5 replays · 1 conflict since the",
+    ] {
+        assert!(screen.contains(words), "missing {words:?} in\n{screen}");
+    }
+}
+
+/// The verify at start ran on an empty ledger that has grown since: the overview says
+/// when it ran and how far it reached, not a bare `checked 0 facts`.
+#[test]
+fn overview_verify_at_start() {
+    let mut app = live_app(true);
+    let mut snapshot = fixture::snapshot(3, 120, 4);
+    snapshot.verify = Some(
+        serde_json::from_value(serde_json::json!({
+            "at": "2026-11-30T08:00:01.000Z", "run": "start", "up_to_seq": 0, "ok": true,
+            "facts": 0, "keys_done": 0, "keys_expired": 0, "accounts": 0, "currencies": 0,
+            "violations": 0, "next_at": "2026-11-30T08:10:01.000Z",
+            "summary": "checked 0 facts, 0 keys done, 0 expired, 0 accounts in 0 currencies"
+        }))
+        .unwrap(),
+    );
+    app.handle(data(Data::Snapshot(Box::new(snapshot))));
+    check("overview_verify_at_start", &app);
+}
+
+/// A PostgreSQL worker counts replays and conflicts from its own start, and says so.
+#[test]
+fn overview_worker_counts() {
+    let mut app = live_app(true);
+    let mut snapshot = fixture::snapshot(3, 120, 4);
+    snapshot.observed_scope = ledger_tui::model::ObservedScope::Worker;
+    app.handle(data(Data::Snapshot(Box::new(snapshot))));
+    check("overview_worker_counts", &app);
+}
+
+/// Conflicts counted (before this worker started, or through the inbox) but none listed:
+/// the view says why the list is empty, not that there were none.
+#[test]
+fn conflicts_counted_not_listed() {
+    let mut app = live_app(true);
+    let mut snapshot = fixture::snapshot(3, 120, 4);
+    snapshot.conflicts.clear();
+    app.handle(data(Data::Snapshot(Box::new(snapshot))));
+    press(&mut app, "3");
+    check("conflicts_counted_not_listed", &app);
+}

@@ -1,6 +1,6 @@
 //! Key sequences in, state out.
 
-use ledger_tui::app::{BalanceSort, Connection, Data, KeyQuery, STALE_TICKS, View};
+use ledger_tui::app::{BalanceSort, Connection, Data, KeyQuery, KeySort, STALE_TICKS, View};
 use ledger_tui::model::KeyStatus;
 use ledger_tui::{App, Event};
 
@@ -85,6 +85,7 @@ fn filter_is_typed_applied_and_sent_to_the_server() {
     assert_eq!(
         query,
         KeyQuery {
+            sort: KeySort::Newest,
             status: Some(KeyStatus::Pending),
             client: Some("shop".into()),
             text: Some("o".into()),
@@ -257,4 +258,73 @@ fn resize_sets_the_page_size() {
     app.handle(Event::Resize(80, 9));
     press(&mut app, "5<Home><PgDn>");
     assert_eq!(app.selected[View::Log.index()], 3);
+}
+
+/// Keys are by time, newest first, until `s`: then by name, numbers by value. The worker
+/// pages in the chosen order, so `s` asks for a first page again.
+#[test]
+fn sort_switches_keys_between_time_and_name() {
+    let mut app = live_app(true);
+    press(&mut app, "2");
+    assert_eq!(app.sorts.keys, KeySort::Newest);
+    assert_eq!(app.wants().keys.sort, KeySort::Newest);
+    let keys = |app: &App| -> Vec<String> {
+        app.visible_keys()
+            .iter()
+            .map(|k| k.key.to_string())
+            .collect()
+    };
+    // Smallest age first: the newest.
+    assert_eq!(
+        keys(&app),
+        [
+            "dep-77",
+            "ord-8831",
+            "ord-2",
+            "ref-5",
+            "evil[2J31m-key",
+            "dep-1"
+        ]
+    );
+    press(&mut app, "]jj");
+    assert!(app.key_query().after.is_some());
+    press(&mut app, "s");
+    assert_eq!(app.sorts.keys, KeySort::Key);
+    let query = app.wants().keys;
+    assert_eq!((query.sort, query.after.as_deref()), (KeySort::Key, None));
+    assert_eq!(app.feed.keys, None, "the page in the old order is gone");
+    assert_eq!(app.selected[View::Keys.index()], 0);
+    assert!(app.key_pages.is_empty());
+    // A late page in the old order is dropped.
+    app.handle(data(Data::Keys {
+        query: KeyQuery {
+            sort: KeySort::Newest,
+            ..query.clone()
+        },
+        page: fixture::keys_page(),
+    }));
+    assert_eq!(app.feed.keys, None);
+    let mut page = fixture::keys_page();
+    for key in ["big-102", "big-17", "big-9"] {
+        let mut record = page.keys[2].clone();
+        record.key = ledger_tui::sanitize::Clean::new(key);
+        page.keys.push(record);
+    }
+    app.handle(data(Data::Keys { query, page }));
+    assert_eq!(
+        keys(&app),
+        [
+            "big-9",
+            "big-17",
+            "big-102",
+            "dep-1",
+            "dep-77",
+            "evil[2J31m-key",
+            "ord-2",
+            "ord-8831",
+            "ref-5"
+        ]
+    );
+    press(&mut app, "s");
+    assert_eq!(app.sorts.keys, KeySort::Newest);
 }

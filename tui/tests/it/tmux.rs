@@ -75,33 +75,90 @@ fn dashboard_follows_a_real_worker_in_tmux() {
     let mut other_amount = withdraw;
     other_amount[6] = "2.50";
     assert_exit(&cli(&other_amount), 5, "");
+    // An overdraft: rejected (exit 3), recorded as a fact.
+    let mut overdraft = withdraw;
+    overdraft[2] = "wd-9";
+    overdraft[6] = "5000";
+    assert_exit(&cli(&overdraft), 3, "");
 
-    // Overview: two keys done, one duplicate absorbed, one 422 reused-key conflict.
+    // Overview: three keys done, one duplicate absorbed, one 422 reused-key conflict,
+    // and the verify that ran at start, on the empty ledger, says so.
     let overview = tmux.wait_for("the overview to show the commands", |s| {
         let s = squeeze(s);
-        s.contains("● live · seq 2")
-            && s.contains("done 2 ")
+        s.contains("● live · seq 3")
+            && s.contains("done 3 ")
             && s.contains("duplicates absorbed 1")
-            && s.contains("applied 2 · rejected 0 · replayed 1")
+            && s.contains("applied 2 · rejected 1 · replayed 1")
             && s.contains("409 in flight 0 · 422 reused 1")
     });
     assert!(overview.contains("Throughput"), "{overview}");
+    let storage = squeeze(&overview);
+    assert!(
+        storage.contains("verify ok at start,") && storage.contains("up to seq 0 of 3"),
+        "{overview}"
+    );
 
+    // Keys, newest first, each with its outcome.
     tmux.press("2");
-    let keys = tmux.wait_for("the keys view to list both keys", |s| {
+    let keys = tmux.wait_for("the keys view to list the keys", |s| {
         has_row(
             s,
-            &["done", "default", "dep-1", "deposit", "alice", "10.00 RUB"],
+            &[
+                "done",
+                "default",
+                "dep-1",
+                "deposit",
+                "alice",
+                "10.00 RUB",
+                "applied",
+            ],
         ) && has_row(
             s,
-            &["done", "default", "wd-1", "withdraw", "alice", "3.00 RUB"],
+            &[
+                "done", "default", "wd-1", "withdraw", "alice", "3.00 RUB", "applied",
+            ],
+        ) && has_row(
+            s,
+            &[
+                "done",
+                "default",
+                "wd-9",
+                "withdraw",
+                "alice",
+                "50.00 RUB",
+                "insufficient_funds",
+            ],
         )
     });
-    assert!(squeeze(&keys).contains("Keys · 2 shown"), "{keys}");
+    assert!(
+        squeeze(&keys).contains("Keys · 3 shown · newest first"),
+        "{keys}"
+    );
+    assert!(rows_in_order(&keys, &["wd-9", "wd-1", "dep-1"]), "{keys}");
     assert!(
         !keys.contains("Throughput"),
         "still on the overview:\n{keys}"
     );
+    // `s`: by key; the third is the overdraft, whose detail says why it was refused.
+    tmux.press("s");
+    let by_key = tmux.wait_for("the keys by key", |s| {
+        squeeze(s).contains("Keys · 3 shown · by key")
+            && rows_in_order(s, &["dep-1", "wd-1", "wd-9"])
+    });
+    assert!(
+        has_row(&by_key, &["wd-9", "insufficient_funds"]),
+        "{by_key}"
+    );
+    tmux.press("jj");
+    tmux.key("Enter");
+    tmux.wait_for("the overdraft's detail", |s| {
+        let s = squeeze(s);
+        s.contains("outcome rejected: insufficient_funds")
+            && s.contains("command withdraw 50.00 RUB from alice")
+            && s.contains("reason The balance is lower than the")
+    });
+    tmux.key("Escape");
+    tmux.wait_for("the detail to close", |s| !s.contains("Key detail"));
 
     tmux.press("3");
     let conflicts = tmux.wait_for("the conflicts view to show the reused key", |s| {
@@ -236,6 +293,19 @@ fn demo_in_tmux(socket: &Path) -> Tmux {
             "--demo",
         ],
     )
+}
+
+/// Whether the lines holding `keys` come in this order, each key on a line of its own.
+fn rows_in_order(screen: &str, keys: &[&str]) -> bool {
+    let lines: Vec<Option<usize>> = keys
+        .iter()
+        .map(|key| {
+            screen
+                .lines()
+                .position(|line| line.split_whitespace().any(|word| word == *key))
+        })
+        .collect();
+    lines.iter().all(Option::is_some) && lines.windows(2).all(|pair| pair[0] < pair[1])
 }
 
 /// The number right after `label` on the (squeezed) screen.
@@ -563,6 +633,12 @@ impl Tmux {
     fn press(&self, keys: &str) {
         let out = self.command(&["send-keys", "-t", SESSION, "-l", keys]);
         assert!(out.status.success(), "tmux send-keys {keys:?} failed");
+    }
+
+    /// One key by its tmux name: `Enter`, `Escape`.
+    fn key(&self, name: &str) {
+        let out = self.command(&["send-keys", "-t", SESSION, name]);
+        assert!(out.status.success(), "tmux send-keys {name} failed");
     }
 
     /// Polls the screen until `ready` holds; fails with the last capture.
