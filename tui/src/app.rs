@@ -15,6 +15,7 @@ use crate::model::{
     Account, AccountsPage, Conflict, FactRow, KeyCounts, KeyRecord, KeyStatus, KeysPage,
     QuarantinePage, Snapshot,
 };
+use crate::sanitize::Clean;
 
 /// Keys asked of the server per page: enough to fill a tall terminal, small enough
 /// that a ledger with a million keys costs the same as one with a hundred.
@@ -239,6 +240,8 @@ pub struct Feed {
     /// Key counts of recent snapshots, oldest first, for the trend.
     pub key_history: VecDeque<KeyCounts>,
     pub keys: Option<KeysPage>,
+    /// The order the worker paged `keys` in.
+    pub keys_sort: KeySort,
     pub detail: Option<KeyRecord>,
     pub accounts: Option<AccountsPage>,
     pub quarantine: Option<QuarantinePage>,
@@ -367,7 +370,22 @@ impl App {
                 // A page for a filter the user has since changed would flash old rows.
                 if query == self.key_query() {
                     self.problems.remove("keys");
+                    // Newer keys come in above while the list is by time: a selection
+                    // below the top (or with its detail open) stays on its key, not on
+                    // its row; one on the top row stays there and so shows the newest.
+                    let at_top = self.selected[View::Keys.index()] == 0 && !self.detail_open;
+                    let selected = self.selected_id().filter(|_| !at_top);
                     self.feed.keys = Some(page);
+                    self.feed.keys_sort = query.sort;
+                    if !self.paused()
+                        && let Some(id) = selected
+                        && let Some(row) = self
+                            .visible_keys()
+                            .iter()
+                            .position(|k| (&k.client, &k.key) == (&id.0, &id.1))
+                    {
+                        self.selected[View::Keys.index()] = row;
+                    }
                 }
             }
             Data::KeyDetail(record) => {
@@ -632,16 +650,23 @@ impl App {
             return Vec::new();
         };
         let mut keys: Vec<&KeyRecord> = page.keys.iter().collect();
-        match self.sorts.keys {
-            // Ages are measured against the worker's clock when it answered, so the
-            // smallest is the newest; pending keys take their place by their claim's age.
-            KeySort::Newest => keys.sort_by_key(|k| k.age_ms),
-            KeySort::Key => keys.sort_by(|a, b| {
+        match (self.sorts.keys, self.shown().keys_sort) {
+            // The worker's order: its pending keys, then the log read backwards.
+            (KeySort::Newest, KeySort::Newest) => {}
+            // A page from before the order changed, held by a pause: by age, measured
+            // against the worker's clock when it answered, so the smallest is the newest.
+            (KeySort::Newest, KeySort::Key) => keys.sort_by_key(|k| k.age_ms),
+            (KeySort::Key, _) => keys.sort_by(|a, b| {
                 natural_cmp(a.key.as_str(), b.key.as_str())
                     .then_with(|| natural_cmp(a.client.as_str(), b.client.as_str()))
             }),
         }
         keys
+    }
+
+    fn selected_id(&self) -> Option<(Clean, Clean)> {
+        self.selected_key()
+            .map(|record| (record.client.clone(), record.key.clone()))
     }
 
     pub fn selected_key(&self) -> Option<&KeyRecord> {

@@ -332,7 +332,7 @@ fn keys_detail_rejected() {
     press(&mut app, "2jjjj<Enter>");
     let (_, key) = app.wants().detail.unwrap();
     assert_eq!(key, fixture::EVIL_KEY.replace(['\u{1b}', '\u{9b}'], ""));
-    let mut detail = fixture::keys_page().keys[3].clone();
+    let mut detail = fixture::keys_page().keys[4].clone();
     detail.fact = Some(serde_json::json!({"seq": 120, "type": "CommandRejected",
         "rejection": "currency_mismatch", "at": "2026-11-30T11:50:00.000Z",
         "command": "deposit", "account": "mallory", "amount": 300, "currency": "RUB"}));

@@ -328,3 +328,56 @@ fn sort_switches_keys_between_time_and_name() {
     press(&mut app, "s");
     assert_eq!(app.sorts.keys, KeySort::Newest);
 }
+
+/// Newer keys arriving above keep the selection, and the detail pane, on its key.
+#[test]
+fn selection_stays_on_its_key_as_newer_keys_arrive() {
+    let mut app = live_app(true);
+    press(&mut app, "2jj<Enter>");
+    assert_eq!(app.wants().detail, Some(("shop".into(), "ord-2".into())));
+    let mut page = fixture::keys_page();
+    let mut newer = page.keys[2].clone();
+    newer.key = ledger_tui::sanitize::Clean::new("ord-3");
+    newer.age_ms = 5;
+    page.keys.insert(0, newer);
+    let query = app.key_query();
+    app.handle(data(Data::Keys { query, page }));
+    assert_eq!(app.selected[View::Keys.index()], 3);
+    assert_eq!(app.wants().detail, Some(("shop".into(), "ord-2".into())));
+}
+
+/// On the top row with no detail open, the selection stays on top: the newest key.
+#[test]
+fn the_top_row_follows_the_newest_key() {
+    let mut app = live_app(true);
+    press(&mut app, "2");
+    assert_eq!(app.selected_key().unwrap().key.as_str(), "dep-77");
+    let mut page = fixture::keys_page();
+    let mut newer = page.keys[2].clone();
+    newer.key = ledger_tui::sanitize::Clean::new("ord-3");
+    newer.age_ms = 5;
+    page.keys.insert(0, newer);
+    let query = app.key_query();
+    app.handle(data(Data::Keys { query, page }));
+    assert_eq!(app.selected[View::Keys.index()], 0);
+    assert_eq!(app.selected_key().unwrap().key.as_str(), "ord-3");
+}
+
+/// Paused on a page by key, `s` shows that page by time: the worker's order cannot come
+/// until the pause ends, so the ages order it meanwhile.
+#[test]
+fn a_paused_page_is_ordered_by_age_when_the_order_changes() {
+    let mut app = live_app(true);
+    press(&mut app, "2s");
+    let query = app.key_query();
+    app.handle(data(Data::Keys {
+        query,
+        page: fixture::keys_page(),
+    }));
+    press(&mut app, "ps");
+    assert!(app.paused());
+    assert_eq!(app.sorts.keys, KeySort::Newest);
+    let ages: Vec<u64> = app.visible_keys().iter().map(|k| k.age_ms).collect();
+    assert!(ages.windows(2).all(|pair| pair[0] <= pair[1]), "{ages:?}");
+    assert_eq!(app.visible_keys().len(), 6);
+}
