@@ -961,6 +961,7 @@ fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         app,
         &keys,
         layout.iter().any(|(c, _)| *c == KeyCol::Replays),
+        roomy,
     );
     let title_width = if roomy {
         usize::from(inner_width.saturating_sub(2))
@@ -1136,14 +1137,9 @@ fn key_columns(width: u16) -> Vec<(KeyCol, &'static str)> {
 
 /// The keys panel's title, longest first: what is shown, the order, where the counts
 /// begin (when they are shown), and an expired lease, which stays while anything does.
-fn keys_title(app: &App, keys: &[&KeyRecord], counts_shown: bool) -> Vec<Parts> {
-    let roomy_name = if roomy(Rect::new(0, 0, app.size.0, app.size.1)) {
-        "Keys · "
-    } else {
-        // Compact layouts drop the name: the tab bar already says it.
-        ""
-    };
-    let mut shown = Parts::new().text(roomy_name);
+fn keys_title(app: &App, keys: &[&KeyRecord], counts_shown: bool, roomy: bool) -> Vec<Parts> {
+    // Compact layouts drop the name: the tab bar already says it.
+    let mut shown = Parts::new().text(if roomy { "Keys · " } else { "" });
     let mut more = Parts::new();
     if let Some(page) = app.shown().keys.as_ref() {
         shown = shown.num(usize_units(keys.len())).text(" shown");
