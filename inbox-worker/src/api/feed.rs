@@ -399,19 +399,26 @@ pub(crate) async fn live_keys(
         Some(Ok(c)) => Some(c),
         Some(Err(_)) => return app.fail(Problem::invalid("client is not a client name")),
     };
-    let newest = match p.get("order").map(String::as_str) {
+    let by_time = match p.get("order").map(String::as_str) {
         None | Some("key") => false,
         Some("newest") => true,
         Some(_) => return app.fail(Problem::invalid("order must be key or newest")),
     };
-    let bad_cursor = || Problem::invalid("after must be a cursor from `next` of the same order");
+    // `order` chooses the listing of a first page; a cursor from `next` goes on with the
+    // listing it came from (the two kinds cannot be mistaken for each other), so no
+    // well-formed request is refused for a combination.
+    let (before, mut after) = match p.get("after") {
+        None => (None, None),
+        Some(a) => match (decode_seq_cursor(a), decode_cursor(a)) {
+            (Some(seq), _) => (Some(seq), None),
+            (None, Some(at)) => (None, Some(at)),
+            (None, None) => {
+                return app.fail(Problem::invalid("after must be a cursor from `next`"));
+            }
+        },
+    };
     let q = p.get("q").cloned().filter(|q| !q.is_empty());
-    if newest {
-        let before = match p.get("after").map(|a| decode_seq_cursor(a)) {
-            None => None,
-            Some(Some(seq)) => Some(seq),
-            Some(None) => return app.fail(bad_cursor()),
-        };
+    if before.is_some() || (by_time && after.is_none()) {
         let filter = KeyFilter {
             status,
             client,
@@ -422,11 +429,6 @@ pub(crate) async fn live_keys(
             Err(p) => app.fail(p),
         };
     }
-    let mut after = match p.get("after").map(|a| decode_cursor(a)) {
-        None => None,
-        Some(Some(c)) => Some(c),
-        Some(None) => return app.fail(bad_cursor()),
-    };
     let now = app.store.rules().clock.now();
     let retention = app.store.rules().retention;
     let mut rows = Vec::new();

@@ -87,16 +87,27 @@ fn keys_are_listed_newest_first_and_paged_by_time() {
     let shop = http.get("/v1/live/keys?order=newest&client=shop").json();
     assert_eq!(keys(&shop), Vec::<String>::new());
 
-    // A cursor belongs to its order; an unknown order is refused.
+    // A cursor goes on with the listing it came from, whatever `order` says; an unknown
+    // order and a cursor that is neither kind are refused.
     let by_key_cursor = http.get("/v1/live/keys?limit=1").json()["next"]
         .as_str()
         .unwrap()
         .to_owned();
+    let on_by_key = http
+        .get(&format!(
+            "/v1/live/keys?order=newest&limit=1&after={by_key_cursor}"
+        ))
+        .json();
+    assert_eq!(keys(&on_by_key), ["big-17"]);
+    let on_by_time = http
+        .get(&format!("/v1/live/keys?order=key&limit=4&after={next}"))
+        .json();
+    assert_eq!(keys(&on_by_time), NEWEST_FIRST[4..]);
     for bad in [
-        "order=oldest".to_owned(),
-        format!("order=newest&after={by_key_cursor}"),
-        format!("after={next}"),
-        "order=newest&after=n-1".to_owned(),
+        "order=oldest",
+        "order=newest&after=n-1",
+        "after=nine",
+        "after=zz",
     ] {
         let r = http.get(&format!("/v1/live/keys?{bad}"));
         assert_eq!(r.status, 400, "{bad}: {}", r.body);
