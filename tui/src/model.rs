@@ -160,6 +160,8 @@ pub struct KeyRecord {
     pub amount: Option<u64>,
     pub currency: Clean,
     pub since: Clean,
+    /// Until when a done key's stored answer is kept; `None` while pending.
+    pub expires_at: Option<Clean>,
     pub age_ms: u64,
     pub lease_expired: bool,
     pub replays: u64,

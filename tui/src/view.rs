@@ -1406,11 +1406,14 @@ const SHOWN_OUTCOME_FIELDS: &[&str] = &[
     "balance",
     "refunded_total",
     "created_at",
+    "account_currency",
+    "refundable",
+    "detail",
 ];
 
 /// Amounts among the answer's other fields, shown as money in the key's currency.
 fn is_money_field(name: &str) -> bool {
-    ["amount", "balance", "refunded", "total"]
+    ["amount", "balance", "refund", "total"]
         .iter()
         .any(|word| name.contains(word))
 }
@@ -1517,10 +1520,42 @@ fn key_fields(
             if let Some(title) = text(outcome, "title") {
                 fields.push(Field::new("reason", title));
             }
+            // The figure the rejection was decided on, in major units. The answer's
+            // `detail` says the same in minor units, as the API does, so it is not shown.
+            let asked = |parts: Parts| match record.amount {
+                Some(amount) => {
+                    with_money(parts.text(", less than the "), amount.into()).text(" asked")
+                }
+                None => parts,
+            };
             if let Some(balance) = amount_of(outcome.and_then(|m| m.get("balance"))) {
-                fields.push(Field::new("balance", with_money(Parts::new(), balance)));
+                let line =
+                    with_money(Parts::new(), balance).text(format!(" on {}", record.account));
+                fields.push(Field::new("balance", asked(line)));
+            }
+            if let Some(held) = text(outcome, "account_currency") {
+                fields.push(Field::new(
+                    "currency",
+                    format!("{} holds {held}, not {currency}", record.account),
+                ));
+            }
+            if let Some(left) = amount_of(outcome.and_then(|m| m.get("refundable"))) {
+                let withdrawal = record
+                    .withdrawal
+                    .as_ref()
+                    .map_or_else(String::new, |w| format!(" of withdrawal {w}"));
+                let line = with_money(Parts::new(), left).text(format!("{withdrawal} to refund"));
+                fields.push(Field::new("left", line));
             }
         }
+    }
+    if record.status == KeyStatus::Done
+        && let Some(until) = &record.expires_at
+    {
+        fields.push(Field::new(
+            "kept",
+            format!("the answer until {}", date_time(until)),
+        ));
     }
     // Whatever else the answer holds, labelled by its name: a worker may say more than
     // this dashboard knows of.
@@ -2408,6 +2443,15 @@ fn clock_time(at: &Clean) -> String {
     match DateTime::parse_from_rfc3339(at.as_str()) {
         Ok(time) => time.format("%H:%M:%S").to_string(),
         Err(_) => at.as_str().chars().take(8).collect(),
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS` of an RFC 3339 time, in the worker's zone as sent; the text
+/// itself if it does not parse.
+fn date_time(at: &Clean) -> String {
+    match DateTime::parse_from_rfc3339(at.as_str()) {
+        Ok(time) => time.format("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => at.to_string(),
     }
 }
 

@@ -85,8 +85,10 @@ pub fn keys_page() -> KeysPage {
     mismatch["account"] = json!("mallory");
     mismatch["amount"] = json!(300);
     mismatch["currency"] = json!("RUB");
-    // A field this dashboard has no words for is still shown, labelled by its name.
     mismatch["account_currency"] = json!("USD");
+    mismatch["detail"] = json!("mallory holds USD, not RUB; nothing changed");
+    // A field this dashboard has no words for is still shown, labelled by its name.
+    mismatch["audit_note"] = json!("reviewed");
     let mut exceeds = rejection(
         "ref-5",
         125,
@@ -96,6 +98,7 @@ pub fn keys_page() -> KeysPage {
     exceeds["command"] = json!("refund");
     exceeds["withdrawal"] = json!("ord-2");
     exceeds["amount"] = json!(100);
+    exceeds["refundable"] = json!(50);
     serde_json::from_value(json!({
         "keys": [
             {"client": "default", "key": "dep-77", "status": "pending", "command": "deposit",
@@ -109,7 +112,7 @@ pub fn keys_page() -> KeysPage {
             {"client": "shop", "key": "ord-2", "status": "done", "command": "withdraw",
              "account": "alice", "amount": 300, "currency": "RUB",
              "since": "2026-11-30T11:58:00.000Z", "age_ms": 120_000, "lease_expired": false,
-             "replays": 2, "conflicts": 1,
+             "expires_at": "2026-12-01T11:58:00.000Z", "replays": 2, "conflicts": 1,
              "outcome": receipt("ord-2", "withdraw", 131, 700, "2026-11-30T11:58:00.000Z")},
             {"client": "billing", "key": "ref-5", "status": "done", "command": "refund",
              "withdrawal": "ord-2", "amount": 100, "currency": "RUB",

@@ -352,6 +352,7 @@ fn refund_detail_reads_as_words() {
         "refund 1.00 RUB of withdrawal ord-2",
         "outcome   rejected: refund_exceeds_withdrawal",
         "reason    The refunds would exceed the amount",
+        "left      0.50 RUB of withdrawal ord-2 to",
         "repeats   5 replays · 1 conflict since the",
     ] {
         assert!(screen.contains(words), "missing {words:?} in\n{screen}");

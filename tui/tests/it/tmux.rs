@@ -156,6 +156,7 @@ fn dashboard_follows_a_real_worker_in_tmux() {
         s.contains("outcome rejected: insufficient_funds")
             && s.contains("command withdraw 50.00 RUB from alice")
             && s.contains("reason The balance is lower than the")
+            && s.contains("balance 7.00 RUB on alice, less than the")
     });
     tmux.key("Escape");
     tmux.wait_for("the detail to close", |s| !s.contains("Key detail"));
