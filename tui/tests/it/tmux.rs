@@ -78,7 +78,7 @@ fn dashboard_follows_a_real_worker_in_tmux() {
     // An overdraft: rejected (exit 3), recorded as a fact.
     let mut overdraft = withdraw;
     overdraft[2] = "wd-9";
-    overdraft[6] = "5000";
+    overdraft[6] = "50";
     assert_exit(&cli(&overdraft), 3, "");
 
     // Overview: three keys done, one duplicate absorbed, one 422 reused-key conflict,
