@@ -80,14 +80,6 @@ async fn fill(store: &Arc<PgStore>, facts: u64) {
     }
 }
 
-/// What verify asks the server for (see `ledger/src/store/pg/verify.rs`).
-const VERIFY_SETTINGS: &str = "SET LOCAL work_mem = '64MB'; \
-     SET LOCAL max_parallel_workers_per_gather = 0; \
-     SET LOCAL enable_hashjoin = off; SET LOCAL enable_nestloop = off";
-const VERIFY_ROWS: &str = "SELECT f.seq, f.client, f.key, f.body, k.seq IS NOT NULL, \
-     k.client = f.client AND k.key = f.key, k.status, k.request_hash, k.response_digest \
-     FROM idem.facts f LEFT JOIN idem.idempotency_keys k ON k.seq = f.seq ORDER BY f.seq";
-
 /// The worker that runs verify allocates with mimalloc; so does this bench.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -100,8 +92,16 @@ async fn bare_read(url: &str) -> (u64, f64) {
     let t = Instant::now();
     let tx = client.transaction().await.unwrap();
     let mut rows = 0u64;
-    tx.batch_execute(VERIFY_SETTINGS).await.unwrap();
-    for sql in [VERIFY_ROWS, "SELECT count(*) FROM idem.idempotency_keys"] {
+    tx.batch_execute("SET LOCAL search_path = idem")
+        .await
+        .unwrap();
+    tx.batch_execute(ledger::store::pg::VERIFY_SETTINGS)
+        .await
+        .unwrap();
+    for sql in [
+        ledger::store::pg::VERIFY_LOG,
+        "SELECT count(*) FROM idempotency_keys",
+    ] {
         let stream = tx.query_raw(sql, std::iter::empty::<i64>()).await.unwrap();
         let mut stream = std::pin::pin!(stream);
         while let Some(row) = stream.try_next().await.unwrap() {

@@ -73,6 +73,8 @@ use crate::store::{KeyQuery, Rules, Store};
 mod command;
 mod keys;
 mod verify;
+#[doc(hidden)]
+pub use verify::{VERIFY_LOG, VERIFY_SETTINGS};
 
 use command::{SQL_COUNT, SQL_QUARANTINE, ShardSlots, rand_offset};
 

@@ -8,6 +8,25 @@ use crate::store::verify as checks;
 /// The guarantee `verify` checks instead of sled's gapless log (see the module docs).
 pub(super) const SEQ_ORDER: &str = "the log's sequence numbers are unique and increasing";
 
+/// The settings of verify's snapshot (see `verify_now`). Public for the bench that reads
+/// the same rows bare.
+#[doc(hidden)]
+pub const VERIFY_SETTINGS: &str = "SET LOCAL statement_timeout = 0; \
+     SET LOCAL work_mem = '64MB'; \
+     SET LOCAL max_parallel_workers_per_gather = 0; \
+     SET LOCAL enable_hashjoin = off; \
+     SET LOCAL enable_nestloop = off";
+
+/// The log with each fact's key row and the account its statement files it under (see
+/// `fold_log`).
+#[doc(hidden)]
+pub const VERIFY_LOG: &str = "SELECT f.seq, f.client, f.key, f.body, k.seq IS NOT NULL, \
+        k.client = f.client AND k.key = f.key, \
+        k.status, k.request_hash, k.response_digest, \
+        CASE WHEN f.kind <> 'CommandRejected' THEN f.doc ->> 'account' END \
+     FROM facts f LEFT JOIN idempotency_keys k ON k.seq = f.seq \
+     ORDER BY f.seq";
+
 /// The log folded in seq order, and the report so far.
 #[derive(Default)]
 struct Fold {
@@ -63,15 +82,7 @@ impl PgStore {
         // a merge of two ordered inputs that yields its first row once the key rows are
         // sorted, in memory where they fit. A hash join would need the whole result sorted
         // again; parallel workers would take the core the fold runs on.
-        tx.batch_execute(
-            "SET LOCAL statement_timeout = 0; \
-             SET LOCAL work_mem = '64MB'; \
-             SET LOCAL max_parallel_workers_per_gather = 0; \
-             SET LOCAL enable_hashjoin = off; \
-             SET LOCAL enable_nestloop = off",
-        )
-        .await
-        .map_err(pg)?;
+        tx.batch_execute(VERIFY_SETTINGS).await.map_err(pg)?;
         let mut fold = Fold::default();
         self.fold_log(&tx, &mut fold).await?;
         self.check_key_rows(&tx, &mut fold).await?;
@@ -108,15 +119,7 @@ impl PgStore {
         use futures_util::TryStreamExt as _;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
         let rows = tx
-            .query_raw(
-                "SELECT f.seq, f.client, f.key, f.body, k.seq IS NOT NULL, \
-                        k.client = f.client AND k.key = f.key, \
-                        k.status, k.request_hash, k.response_digest, \
-                        CASE WHEN f.kind <> 'CommandRejected' THEN f.doc ->> 'account' END \
-                 FROM facts f LEFT JOIN idempotency_keys k ON k.seq = f.seq \
-                 ORDER BY f.seq",
-                std::iter::empty::<i64>(),
-            )
+            .query_raw(VERIFY_LOG, std::iter::empty::<i64>())
             .await
             .map_err(pg)?;
         let (to_checks, mut batches) =
