@@ -37,9 +37,6 @@ struct Fold {
     facts: u64,
     /// The last seq folded.
     prev: Option<i64>,
-    /// Facts with their rows, on their way to the key checks.
-    batch: Vec<(Row, Fact)>,
-    keys: KeyChecks,
 }
 
 /// What the key rows showed: checked on a thread of their own while the log is folded,
@@ -84,8 +81,8 @@ impl PgStore {
         // again; parallel workers would take the core the fold runs on.
         tx.batch_execute(VERIFY_SETTINGS).await.map_err(pg)?;
         let mut fold = Fold::default();
-        self.fold_log(&tx, &mut fold).await?;
-        self.check_key_rows(&tx, &mut fold).await?;
+        let keys = self.fold_log(&tx, &mut fold).await?;
+        self.check_key_rows(&tx, &mut fold, keys).await?;
         self.check_stored_balances(&tx, &mut fold).await?;
         self.check_refunded(&tx, &mut fold).await?;
         check_inbox(&tx, &mut fold.r).await?;
@@ -114,8 +111,8 @@ impl PgStore {
 
     /// The log in seq order, each fact beside the row of its own key, streamed as the
     /// server sends it: each fact decoded once, checked against its key row and against
-    /// the fold of the facts before it.
-    async fn fold_log(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+    /// the fold of the facts before it. Returns what the key checks found.
+    async fn fold_log(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
         use futures_util::TryStreamExt as _;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
         let rows = tx
@@ -134,51 +131,52 @@ impl PgStore {
             Ok::<_, LedgerError>(keys)
         });
         let mut rows = std::pin::pin!(rows);
-        let mut folded = Ok(());
+        let mut batch = Vec::with_capacity(KEY_BATCH);
         while let Some(row) = rows.try_next().await.map_err(pg)? {
-            self.fold_fact(row, fold)?;
-            if fold.batch.len() >= KEY_BATCH {
-                let batch = std::mem::replace(&mut fold.batch, Vec::with_capacity(KEY_BATCH));
-                if to_checks.send(batch).await.is_err() {
-                    // The checker stopped on an error: it is reported below.
-                    folded = Err(());
+            if let Some(fact) = self.fold_fact(&row, fold)? {
+                batch.push((row, fact));
+            }
+            if batch.len() >= KEY_BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(KEY_BATCH));
+                if to_checks.send(full).await.is_err() {
+                    // The checker stopped on an error, which its result below reports.
                     break;
                 }
             }
         }
-        if folded.is_ok() && !fold.batch.is_empty() {
-            let _ = to_checks.send(std::mem::take(&mut fold.batch)).await;
+        if !batch.is_empty() {
+            let _ = to_checks.send(batch).await;
         }
         drop(to_checks);
-        let keys = checker
+        checker
             .await
-            .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))??;
-        fold.keys = keys;
-        Ok(())
+            .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))?
     }
 
-    fn fold_fact(&self, row: Row, fold: &mut Fold) -> Result<()> {
+    /// Folds one row's fact; returns it for the key checks, or `None` when the row was
+    /// reported instead (a second key row for one fact, a body that does not decode).
+    fn fold_fact(&self, row: &Row, fold: &mut Fold) -> Result<Option<Fact>> {
         let r = &mut fold.r;
-        let seq: i64 = get(&row, 0)?;
+        let seq: i64 = get(row, 0)?;
         let prev = fold.prev;
-        if prev == Some(seq) && get::<bool>(&row, 4)? {
+        if prev == Some(seq) && get::<bool>(row, 4)? {
             // The join meets a fact once per key row pointing at it.
             r.add(checks::KEY_FACT, format!("two key rows point at seq {seq}"));
-            return Ok(());
+            return Ok(None);
         }
         if prev.is_some_and(|p| seq <= p) || seq < 1 {
             r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
         }
         fold.prev = Some(seq);
         fold.facts += 1;
-        let fact = match self.decode(seq, get(&row, 3)?) {
+        let fact = match self.decode(seq, get(row, 3)?) {
             Ok(f) => f,
             Err(e) => {
                 r.add(checks::KEY_FACT, e.to_string());
-                return Ok(());
+                return Ok(None);
             }
         };
-        let (c, k): (&str, &str) = (get(&row, 1)?, get(&row, 2)?);
+        let (c, k): (&str, &str) = (get(row, 1)?, get(row, 2)?);
         if fact.client.as_str() != c || fact.key.as_str() != k {
             r.add(
                 checks::KEY_FACT,
@@ -191,7 +189,7 @@ impl PgStore {
         // The statements' index (v7.sql) files a fact under its `doc`'s account unless its
         // `kind` is a rejection: a row whose columns disagree with its body would be
         // missing from its account's statement, or listed in another's.
-        let filed: Option<&str> = get(&row, 9)?;
+        let filed: Option<&str> = get(row, 9)?;
         let line = crate::projection::statement_line(&fact);
         if filed != line.map(|l| l.account.as_str()) {
             fold.r.add(
@@ -205,21 +203,19 @@ impl PgStore {
         checks::check_fold(&mut fold.r, &fact, &fold.balances, &mut fold.withdrawals);
         fold.balances.apply(&fact);
         fold.stats.apply(&fact);
-        fold.batch.push((row, fact));
-        Ok(())
+        Ok(Some(fact))
     }
 
     /// Key rows the log's stream did not meet: a key row is met once, beside the fact it
     /// points at, so fewer meetings than rows mean rows without their fact. And keys
     /// with two facts, looked for only when a fact was found without its key row.
-    async fn check_key_rows(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<()> {
+    async fn check_key_rows(&self, tx: &Tx<'_>, fold: &mut Fold, keys: KeyChecks) -> Result<()> {
         let pg = |e: tokio_postgres::Error| pg_err(&e);
         let rows: i64 = tx
             .query_one("SELECT count(*) FROM idempotency_keys", &[])
             .await
             .map_err(pg)
             .and_then(|row| get(&row, 0))?;
-        let keys = std::mem::take(&mut fold.keys);
         fold.r.absorb(keys.r);
         for _ in 0..keys.expired {
             fold.stats.expire_one();
