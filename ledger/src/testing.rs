@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use tokio_postgres::NoTls;
 
+pub use crate::store::sled::wait_until_released;
+
 /// Where the tests' PostgreSQL server is, unless `IDEM_TEST_PG_URL` says otherwise.
 pub const DEFAULT_PG_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 /// The variable naming the tests' PostgreSQL server.

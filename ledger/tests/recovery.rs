@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use ledger::testing::{assert_nothing_removed, listing};
+use ledger::testing::{assert_nothing_removed, listing, wait_until_released};
 use ledger::*;
 
 /// Submits a deposit (or a withdrawal) of `amount` RUB on alice's account under `key`
@@ -53,6 +53,9 @@ fn tamper(path: &Path, f: impl FnOnce(&sled::Tree)) {
     let tree = db.open_tree("ledger").unwrap();
     f(&tree);
     db.flush().unwrap();
+    drop((tree, db));
+    // sled's I/O threads hold the folder's lock a moment after the last handle drops.
+    wait_until_released(path);
 }
 
 fn refuses(path: &Path, expect: &str) {

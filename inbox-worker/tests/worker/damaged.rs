@@ -57,6 +57,8 @@ fn a_corrupt_record_stops_the_worker_and_deletes_nothing() {
         tree.insert(k, &[0xff_u8, 0x13, 0x37][..]).unwrap();
         sled_db.flush().unwrap();
     }
+    // sled's I/O threads hold the folder's lock a moment after the last handle drops.
+    ledger::testing::wait_until_released(&db);
     let before = listing(&db);
     let stderr = serve_refuses(&db);
     assert!(stderr.contains("is corrupt"), "{stderr}");

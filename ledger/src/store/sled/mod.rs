@@ -177,18 +177,28 @@ struct LockReleased {
 
 impl Drop for LockReleased {
     fn drop(&mut self) {
-        use fs2::FileExt as _;
-        let Some(Ok(file)) = self.data_file.as_ref().map(File::open) else {
-            return;
-        };
-        // Bounded, so that a stuck sled thread cannot hang the drop: a reopen after the
-        // deadline answers `Locked`, which says what is wrong.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while file.try_lock_exclusive().is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
+        if let Some(folder) = self.data_file.as_deref().and_then(Path::parent) {
+            wait_until_released(folder);
         }
-        // Closing `file` releases the lock if it was taken.
     }
+}
+
+/// Waits until sled's lock on the ledger folder `path` is free, for at most 10 s. Bounded,
+/// so that a stuck sled thread cannot hang the caller: a reopen after the deadline answers
+/// `Locked`, which says what is wrong. Anything that drops a raw sled handle on a ledger
+/// folder and reopens it in the same process (a test that tampers with the tree) needs
+/// this wait too.
+#[doc(hidden)]
+pub fn wait_until_released(path: &Path) {
+    use fs2::FileExt as _;
+    let Ok(file) = File::open(path.join("db")) else {
+        return;
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while file.try_lock_exclusive().is_err() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Closing `file` releases the lock if it was taken.
 }
 
 /// Keeps the committer paused while alive.
