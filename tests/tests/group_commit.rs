@@ -1,7 +1,7 @@
 //! Group commit on sled: while the syncer is busy, the decider stages what arrives and
-//! writes it into sled in one `apply_batch` when the syncer is free (each apply costs sled
-//! two log writes, each with its own `sync_file_range`). The syncer is held busy with the
-//! `sync.before_flush` point armed to sleep, which needs the ledger's `failpoints`
+//! seals it as one journal group when the syncer is free: one journal write and sync, and
+//! one `apply_batch` into sled, for all of it. The syncer is held busy with the
+//! `journal.before_write` point armed to sleep, which needs the ledger's `failpoints`
 //! feature: this crate enables it.
 #![allow(clippy::unwrap_used)]
 
@@ -24,13 +24,17 @@ fn withdrawal(key: &str) -> (Key, Command) {
 fn wait_pending(l: &SledStore, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while l.pending().len() < n {
-        assert!(Instant::now() < deadline, "{n} keys never got in flight");
+        assert!(
+            Instant::now() < deadline,
+            "{n} keys never got in flight: {:?}",
+            l.pending()
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }
 
 #[test]
-fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
+fn commands_that_arrive_while_the_syncer_is_busy_are_written_as_one_group() {
     let scenario = fail::FailScenario::setup();
     let dir = tempfile::tempdir().unwrap();
     let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
@@ -48,9 +52,9 @@ fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
         .unwrap();
     let before = l.commit_metrics();
 
-    // Every sync now sleeps before its flush: the first withdrawal is applied at once
-    // and holds the syncer; the next twenty arrive one by one while it sleeps.
-    fail::cfg("sync.before_flush", "sleep(3000)").unwrap();
+    // Every journal write now sleeps first: the first withdrawal is sealed at once and
+    // holds the syncer; the next twenty arrive one by one while it sleeps.
+    fail::cfg("journal.before_write", "sleep(3000)").unwrap();
     let armed = Instant::now();
     let mut threads = Vec::new();
     for i in 0..21 {
@@ -59,8 +63,8 @@ fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
             let (key, command) = withdrawal(&format!("w-{i}"));
             ledger.blocking().submit(&client, &key, command)
         }));
-        // One at a time, so that a decider that applied whatever it had would apply
-        // them one by one.
+        // One at a time, so that a decider that sealed whatever it had would seal them
+        // one by one.
         wait_pending(&l, i + 1);
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -71,7 +75,7 @@ fn commands_that_arrive_while_the_syncer_is_busy_are_applied_in_one_write() {
     for t in threads {
         assert!(matches!(t.join().unwrap(), Ok(Submission::Executed(_))));
     }
-    fail::remove("sync.before_flush");
+    fail::remove("journal.before_write");
 
     let after = l.commit_metrics();
     // The first alone, then the twenty together.

@@ -174,6 +174,9 @@ pub struct OpenReport {
     pub keys_expired: u64,
     pub accounts: usize,
     pub last_fact_at: Option<String>,
+    /// Journal groups replayed into the index at this open (sled store; 0 after a clean
+    /// shutdown).
+    pub replayed_groups: u64,
     pub open_ms: u128,
 }
 
@@ -184,13 +187,23 @@ impl std::fmt::Display for OpenReport {
         }
         write!(
             f,
-            "recovered {} ({} done, {} expired), {}, last fact at {}; \
-             the log's tail and the balances agree ({} ms)",
+            "recovered {} ({} done, {} expired), {}, last fact at {}",
             verify::count(self.facts, "fact", "facts"),
             verify::count(self.keys_done, "key", "keys"),
             self.keys_expired,
             verify::count(self.accounts, "account", "accounts"),
             self.last_fact_at.as_deref().unwrap_or("-"),
+        )?;
+        if self.replayed_groups > 0 {
+            write!(
+                f,
+                " ({} replayed from the journal)",
+                verify::count(self.replayed_groups, "group", "groups")
+            )?;
+        }
+        write!(
+            f,
+            "; the log's tail and the balances agree ({} ms)",
             self.open_ms
         )
     }

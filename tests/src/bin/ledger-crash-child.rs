@@ -2,7 +2,8 @@
 //! threads, printing one `ACK` line per durable answer, until it is killed.
 //! Usage: ledger-crash-child DB_PATH SEED
 //! With IDEM_CRASH_AT=POINT:N the process aborts itself at the N+1-th pass of the named
-//! crash point (see the ledger's `crash_point!`) instead of waiting to be killed.
+//! crash point (see the ledger's `crash_point!`) instead of waiting to be killed. The
+//! ledger keeps a small journal (256 KiB segments, a checkpoint every 16 KiB written or 100 ms).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -27,7 +28,13 @@ fn main() {
             std::process::exit(2);
         }
     }
-    let (ledger, report) = match SledStore::open(SledConfig::new(path)) {
+    // A small journal: segments fill, checkpoints delete them, and crashes land in the
+    // middle of both within seconds.
+    let mut config = SledConfig::new(path);
+    config.journal.segment_size = 256 * 1024;
+    config.checkpoint_bytes = 16 * 1024;
+    config.checkpoint_interval = std::time::Duration::from_millis(100);
+    let (ledger, report) = match SledStore::open(config) {
         Ok(x) => x,
         Err(e) => {
             eprintln!("open failed: {e}");

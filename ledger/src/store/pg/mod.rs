@@ -574,6 +574,7 @@ impl PgStore {
             keys_expired: stats.keys_expired,
             accounts: usize::try_from(accounts).unwrap_or(0),
             last_fact_at,
+            replayed_groups: 0,
             open_ms: 0,
         })
     }

@@ -1,6 +1,6 @@
 //! The sled store's writer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -15,10 +15,11 @@ use crate::projection::{Balances, Stats};
 use crate::store::verify::VerifyReport;
 use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, message_fingerprint};
 
+use super::journal::{Group, Journal};
 use super::records::{
-    InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY, STATS_KEY,
-    account_key, decode, encode, fact_key, inbox_key, io_err, quarantine_key, scoped_key, seq_of,
-    statement_key,
+    GROUP_KEY, InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY,
+    STATS_KEY, account_key, decode, encode, fact_key, inbox_key, io_err, quarantine_key,
+    scoped_key, seq_of, statement_key,
 };
 use super::{Reply, Result, Shared, duration_ms};
 
@@ -45,12 +46,16 @@ pub(super) enum Request {
 
 // ---- the committer -------------------------------------------------------------------
 //
-// Two threads in a pipeline. The decider takes every queued request, decides each against
-// its own working state (the durable state plus every batch it applied since), and writes
-// the batch with one atomic `apply_batch`. The syncer takes every batch applied since its
-// last sync, makes them durable with one flush and one fdatasync, publishes them to
-// readers, releases their claims and answers. So while one group is being synced, the
-// next is being decided: one fsync covers everything that arrived meanwhile.
+// Two threads in a pipeline, and a third for checkpoints. The decider takes every queued
+// request and decides each against its working state: sled's, plus every group it sealed
+// that sled does not hold yet (kept in memory, `Committer::unapplied`). When the syncer is
+// free, the decider seals what it staged as one journal group. The syncer writes each
+// group to the journal with one `pwrite` and one `fdatasync`, then applies it to sled with
+// one `apply_batch` that sled keeps in memory, publishes it to readers, releases its claims
+// and answers. So while one group is being synced, the next is being decided: one sync
+// covers everything that arrived meanwhile. sled is never flushed on this path: the
+// checkpointer flushes it from time to time and then lets the journal drop what sled now
+// holds durably (ARCHITECTURE.md, durability).
 
 /// An answer held until its batch is durable.
 #[allow(clippy::large_enum_variant)] // Commands are nearly all of them; boxing would cost more.
@@ -86,46 +91,53 @@ pub(super) struct Queued {
     pub reply: Reply,
 }
 
-/// A batch that is written (atomically, in sled's memory) and waits for durability.
-struct Applied {
+/// A group the decider sealed, on its way to the journal, then sled, then its answers.
+struct Sealed {
+    /// `None`: nothing to write (a barrier).
+    group: Option<Group>,
     answers: Vec<Pending>,
     accounts: HashMap<Account, BTreeMap<Currency, i128>>,
     stats: Stats,
-    /// The batch did not reach sled: answer with this error, publish nothing.
-    error: Option<LedgerError>,
 }
 
 pub(super) struct Committer {
     shared: Arc<Shared>,
     next_quarantine: u64,
-    /// The decider's working state: durable state plus batches applied since.
+    /// The number the next sealed group gets: the journal's next.
+    next_group: u64,
+    /// The decider's working state: sled's, plus every group sealed since.
     balances: Balances,
     stats: Stats,
+    /// What the groups sealed but not yet applied to sled wrote that deciding reads back,
+    /// oldest first. Trimmed as the syncer reports groups applied
+    /// (`Shared::applied_group`): until then sled does not have them.
+    unapplied: VecDeque<(u64, Written)>,
 }
 
-/// One batch in the making. Nothing here reaches the working state until sled has
-/// accepted the batch, so a failed write leaves memory as it was.
+/// What a group writes that deciding reads back: done keys with their facts, refunded
+/// totals, inbox records. (Balances and stats are in the working state already.)
 #[derive(Default)]
-struct Staged {
-    batch: sled::Batch,
+struct Written {
     keys: HashMap<(ClientId, Key), (Fingerprint, Fact)>,
-    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
     refunded: HashMap<(ClientId, Key), u64>,
     inbox: HashMap<MessageId, Fingerprint>,
+}
+
+/// One group in the making. Nothing here reaches the working state until it is sealed.
+#[derive(Default)]
+struct Staged {
+    group: Group,
+    written: Written,
+    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
     answers: Vec<Pending>,
 }
 
-fn durable(shared: &Shared) -> Result<()> {
-    durable_then(shared, || ())
-}
-
-/// [`durable`], calling `flushed` between sled's flush and the fdatasync: from then on
-/// sled's lock is free, so the decider can apply the next batch while the disk syncs.
-fn durable_then(shared: &Shared, flushed: impl FnOnce()) -> Result<()> {
-    // sled's flush syncs with `sync_file_range`, which neither flushes the drive's write
-    // cache nor the file's size; fdatasync does both (ARCHITECTURE.md, durability).
+/// Makes everything applied to sled so far durable in sled's own files: sled's flush, then
+/// an fdatasync of its data file. sled's flush syncs with `sync_file_range`, which flushes
+/// neither the drive's write cache nor the file's size; fdatasync does both
+/// (ARCHITECTURE.md, durability).
+pub(super) fn flush_sled(shared: &Shared) -> Result<()> {
     shared.db.flush().map_err(io_err)?;
-    flushed();
     if let Some(f) = &shared.data_file {
         f.sync_data()
             .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
@@ -134,7 +146,7 @@ fn durable_then(shared: &Shared, flushed: impl FnOnce()) -> Result<()> {
 }
 
 impl Committer {
-    pub(super) fn new(shared: Arc<Shared>) -> Self {
+    pub(super) fn new(shared: Arc<Shared>, next_group: u64) -> Self {
         let next_quarantine = shared
             .tree
             .scan_prefix([P_QUARANTINE])
@@ -149,8 +161,10 @@ impl Committer {
         Self {
             shared,
             next_quarantine,
+            next_group,
             balances,
             stats,
+            unapplied: VecDeque::new(),
         }
     }
 
@@ -161,29 +175,28 @@ impl Committer {
         batch.insert(STATS_KEY, encode(&self.stats));
         batch.insert(STATEMENTS_READY_KEY, &[][..]);
         self.shared.tree.apply_batch(batch).map_err(io_err)?;
-        durable(&self.shared)
+        flush_sled(&self.shared)
     }
 
-    /// The decider's loop; starts the syncer and stops it on shutdown.
-    pub(super) fn run(mut self, rx: Receiver<Request>) {
-        let (to_syncer, from_decider) = crossbeam_channel::unbounded::<Applied>();
-        // One token: the syncer is ready for the next batch (its flush returned, or it has
-        // nothing left to sync).
+    /// The decider's loop; starts the syncer (which owns the journal) and stops it on
+    /// shutdown.
+    pub(super) fn run(mut self, rx: Receiver<Request>, journal: Journal) {
+        let (to_syncer, from_decider) = crossbeam_channel::unbounded::<Sealed>();
+        // One token: the syncer is ready for the next group (its journal sync returned, or
+        // it has nothing left to write).
         let (free_tx, syncer_free) = crossbeam_channel::bounded::<()>(1);
         let syncer_shared = self.shared.clone();
         let syncer = std::thread::Builder::new()
             .name("idem-syncer".into())
-            .spawn(move || sync_loop(&syncer_shared, &from_decider, &free_tx));
+            .spawn(move || sync_loop(&syncer_shared, journal, &from_decider, &free_tx));
         let Ok(syncer) = syncer else {
             let _ = self.shared.fail("could not start the syncer thread".into());
             return;
         };
         let max = self.shared.config.batch_max.max(1);
-        // What is staged waits for the syncer's token, and is applied then in one
-        // `apply_batch`: each apply costs sled two log writes (the data and the batch's
-        // manifest), each with a `sync_file_range` and a wake-up of sled's I/O pool, while
-        // the flush that makes them durable is one per sync whatever the applies.
-        // Deciding goes on meanwhile, so nothing waits that would not wait anyway.
+        // What is staged waits for the syncer's token, and is sealed then as one group:
+        // one journal record and one sync, however many commands it holds. Deciding goes
+        // on meanwhile, so nothing waits that would not wait anyway.
         let mut staged = Staged::default();
         let mut stats = self.stats.clone();
         loop {
@@ -201,7 +214,7 @@ impl Committer {
                         Err(_) => break,
                     },
                     recv(syncer_free) -> _ => {
-                        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        self.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
                         continue;
                     }
                 }
@@ -221,32 +234,84 @@ impl Committer {
             if stop {
                 break;
             }
-            // The token is taken only with something to apply: a token used on nothing
+            // The token is taken only with something to seal: a token used on nothing
             // would leave staged commands waiting for a syncer with nothing to sync.
             if !staged.answers.is_empty()
                 && (staged.answers.len() >= max || syncer_free.try_recv().is_ok())
             {
-                self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                self.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
             }
         }
-        self.apply(std::mem::take(&mut staged), &mut stats, &to_syncer);
+        self.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
         self.stop_syncer(to_syncer, syncer);
     }
 
-    /// Waits until everything applied is durable and answered, then ends the syncer.
-    fn stop_syncer(&self, to_syncer: Sender<Applied>, syncer: JoinHandle<()>) {
+    /// Waits until everything sealed is durable, applied to sled and answered, then ends
+    /// the syncer (which checkpoints on its way out).
+    fn stop_syncer(&mut self, to_syncer: Sender<Sealed>, syncer: JoinHandle<()>) {
+        self.drain(&to_syncer);
+        drop(to_syncer);
+        let _ = syncer.join();
+    }
+
+    /// Waits until every group sealed so far is in sled (or answered with an error), so
+    /// that sled alone is the working state: for what reads sled's ranges (a sweep, the
+    /// last step of a verify).
+    fn drain(&mut self, to_syncer: &Sender<Sealed>) {
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        let barrier = Applied {
+        let barrier = Sealed {
+            group: None,
             answers: vec![Pending::Barrier(done_tx)],
             accounts: HashMap::new(),
             stats: self.stats.clone(),
-            error: None,
         };
         if to_syncer.send(barrier).is_ok() {
             let _ = done_rx.recv();
         }
-        drop(to_syncer);
-        let _ = syncer.join();
+        self.trim();
+    }
+
+    /// Forgets what the groups sled now holds wrote: sled answers for them from here on.
+    fn trim(&mut self) {
+        let applied = self.shared.applied_group.load(Ordering::Acquire);
+        while self.unapplied.front().is_some_and(|(n, _)| *n <= applied) {
+            self.unapplied.pop_front();
+        }
+    }
+
+    /// A done key's fingerprint and fact, from the group in the making or a group sealed
+    /// and not yet in sled; `None`: sled decides.
+    fn written_key<'a>(
+        &'a self,
+        staged: &'a Staged,
+        ck: &(ClientId, Key),
+    ) -> Option<&'a (Fingerprint, Fact)> {
+        staged.written.keys.get(ck).or_else(|| {
+            self.unapplied
+                .iter()
+                .rev()
+                .find_map(|(_, w)| w.keys.get(ck))
+        })
+    }
+
+    /// A withdrawal's refunded total, as [`Committer::written_key`] finds keys.
+    fn written_refunded(&self, staged: &Staged, wk: &(ClientId, Key)) -> Option<u64> {
+        staged.written.refunded.get(wk).copied().or_else(|| {
+            self.unapplied
+                .iter()
+                .rev()
+                .find_map(|(_, w)| w.refunded.get(wk).copied())
+        })
+    }
+
+    /// An inbox record's fingerprint, as [`Committer::written_key`] finds keys.
+    fn written_inbox(&self, staged: &Staged, id: &MessageId) -> Option<Fingerprint> {
+        staged.written.inbox.get(id).copied().or_else(|| {
+            self.unapplied
+                .iter()
+                .rev()
+                .find_map(|(_, w)| w.inbox.get(id).copied())
+        })
     }
 
     /// Takes one request into the batch in the making, or runs it between two batches.
@@ -256,28 +321,31 @@ impl Committer {
         request: Request,
         staged: &mut Staged,
         stats: &mut Stats,
-        to_syncer: &Sender<Applied>,
+        to_syncer: &Sender<Sealed>,
     ) -> bool {
         match request {
             Request::Shutdown => return true,
             Request::Pause(until) => {
-                self.apply(std::mem::take(staged), stats, to_syncer);
+                self.seal(std::mem::take(staged), stats, to_syncer);
                 // Returns when the guard is dropped.
                 let _ = until.recv();
             }
             Request::Sweep { reply } => {
-                // Apply what came before, then sweep in its own batch.
-                self.apply(std::mem::take(staged), stats, to_syncer);
+                // Seal what came before, wait until sled holds it (the sweep reads sled's
+                // ranges), then sweep in a group of its own.
+                self.seal(std::mem::take(staged), stats, to_syncer);
+                self.drain(to_syncer);
                 match self.sweep(staged, stats) {
                     Ok(expired) => staged.answers.push(Pending::Sweep { reply, expired }),
                     Err(e) => reply(Err(e)),
                 }
-                self.apply(std::mem::take(staged), stats, to_syncer);
+                self.seal(std::mem::take(staged), stats, to_syncer);
             }
             Request::Verify { step, reply } => {
-                // The step reads the tree with every batch before it applied and none
+                // The step reads the tree with every group before it applied and none
                 // running: one consistent state.
-                self.apply(std::mem::take(staged), stats, to_syncer);
+                self.seal(std::mem::take(staged), stats, to_syncer);
+                self.drain(to_syncer);
                 reply(step());
             }
             Request::Quarantine {
@@ -295,9 +363,7 @@ impl Committer {
                     reason,
                     payload,
                 };
-                staged
-                    .batch
-                    .insert(&quarantine_key(id)[..], encode(&record));
+                staged.group.put(quarantine_key(id), encode(&record));
                 staged.answers.push(Pending::Quarantine { reply, id });
             }
             Request::Command(queued) => self.take_command(queued, staged, stats),
@@ -360,6 +426,7 @@ impl Committer {
         message: Option<MessageId>,
     ) -> Result<Submission> {
         let (client, key) = ck;
+        self.trim();
         if let Some(message_id) = &message
             && let Some(refused) = self.reused_message(staged, message_id, client, key, &command)?
         {
@@ -393,7 +460,7 @@ impl Committer {
         self.stage_fact(staged, &fact, fingerprint);
         stats.apply(&fact);
         self.note_message(staged, message, client, key, &command, seq);
-        staged.keys.insert(ck.clone(), (fingerprint, fact));
+        staged.written.keys.insert(ck.clone(), (fingerprint, fact));
         Ok(Submission::Executed(outcome))
     }
 
@@ -408,8 +475,8 @@ impl Committer {
         command: &Command,
     ) -> Result<Option<Submission>> {
         let mfp = message_fingerprint(client, key, command);
-        let seen = match staged.inbox.get(message_id) {
-            Some(f) => Some(*f),
+        let seen = match self.written_inbox(staged, message_id) {
+            Some(f) => Some(f),
             None => match self
                 .shared
                 .tree
@@ -442,22 +509,20 @@ impl Committer {
                 command.name()
             ),
         };
-        staged
-            .batch
-            .insert(&quarantine_key(id)[..], encode(&record));
+        staged.group.put(quarantine_key(id), encode(&record));
         Ok(Some(Submission::Quarantined {
             reason: reason.into(),
         }))
     }
 
-    /// What the key holds, in this batch or on disk: its command's fingerprint and its
-    /// answer; `None` for a key not done.
+    /// What the key holds, in a group not yet in sled or in sled: its command's
+    /// fingerprint and its answer; `None` for a key not done.
     fn existing(
         &self,
         staged: &Staged,
         ck: &(ClientId, Key),
     ) -> Result<Option<(Fingerprint, Outcome)>> {
-        if let Some((f, fact)) = staged.keys.get(ck) {
+        if let Some((f, fact)) = self.written_key(staged, ck) {
             return Ok(Some((*f, Outcome::from_fact(fact))));
         }
         let Some(bytes) = self
@@ -478,7 +543,7 @@ impl Committer {
     /// Stages a decided fact with its key record, balances and refunded total.
     fn stage_fact(&self, staged: &mut Staged, fact: &Fact, fingerprint: Fingerprint) {
         let (client, key, seq) = (&fact.client, &fact.key, fact.seq);
-        staged.batch.insert(&fact_key(seq)[..], fact.encode());
+        staged.group.put(fact_key(seq), fact.encode());
         let record = KeyRecord {
             seq,
             at: fact.at,
@@ -486,16 +551,16 @@ impl Committer {
             expired: false,
         };
         staged
-            .batch
-            .insert(scoped_key(P_KEY, client, key.as_str()), record.encode());
+            .group
+            .put(scoped_key(P_KEY, client, key.as_str()), record.encode());
         if let Some(line) = crate::projection::statement_line(fact) {
             staged
-                .batch
-                .insert(statement_key(line.account, seq), &[][..]);
+                .group
+                .put(statement_key(line.account, seq), Vec::new());
         }
         for (account, currency, delta) in crate::projection::legs(fact) {
             // Copy the account's balances from the working state only on its first touch
-            // in this batch; later commands on it reuse the staged copy.
+            // in this group; later commands on it reuse the staged copy.
             let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
                 self.balances
                     .accounts
@@ -506,8 +571,8 @@ impl Committer {
             let b = entry.entry(currency).or_insert(0);
             *b = b.saturating_add(delta);
             staged
-                .batch
-                .insert(account_key(account, currency), b.to_be_bytes().to_vec());
+                .group
+                .put(account_key(account, currency), b.to_be_bytes().to_vec());
         }
         if let FactBody::RefundRecorded {
             withdrawal,
@@ -516,8 +581,8 @@ impl Committer {
         } = &fact.body
         {
             let wk = (client.clone(), withdrawal.clone());
-            staged.refunded.insert(wk, *refunded_total);
-            staged.batch.insert(
+            staged.written.refunded.insert(wk, *refunded_total);
+            staged.group.put(
                 scoped_key(P_REFUNDED, client, withdrawal.as_str()),
                 refunded_total.to_be_bytes().to_vec(),
             );
@@ -535,17 +600,17 @@ impl Committer {
     ) {
         if let Some(message_id) = message {
             let fingerprint = message_fingerprint(client, key, command);
-            staged.batch.insert(
+            staged.group.put(
                 inbox_key(&message_id),
                 encode(&InboxRecord { fingerprint, seq }),
             );
-            staged.inbox.insert(message_id, fingerprint);
+            staged.written.inbox.insert(message_id, fingerprint);
         }
     }
 
     /// Whether `command` is a refund whose withdrawal is claimed and not decided yet: its
-    /// key (the refund's client, the withdrawal's key) has a claim but no record, in this
-    /// batch or on disk. That happens when the refund overtook its withdrawal: the
+    /// key (the refund's client, the withdrawal's key) has a claim but no record, in a
+    /// group not yet in sled or in sled. That happens when the refund overtook its withdrawal: the
     /// withdrawal was claimed, but queued after the refund. Deciding now would store
     /// `withdrawal_not_found` for ever under the refund's key, so the refund is told to
     /// come again instead. A refund that names its own key sees its own claim, which is
@@ -564,7 +629,7 @@ impl Committer {
         if wk == *ck || !self.shared.shard(&wk).lock().claims.contains_key(&wk) {
             return Ok(false);
         }
-        if staged.keys.contains_key(&wk) {
+        if self.written_key(staged, &wk).is_some() {
             return Ok(false);
         }
         let on_disk = self
@@ -593,7 +658,7 @@ impl Committer {
             },
             Command::Refund { withdrawal, .. } => {
                 let wk = (client.clone(), withdrawal.clone());
-                let fact = match staged.keys.get(&wk) {
+                let fact = match self.written_key(staged, &wk) {
                     Some((_, fact)) => Some(fact.clone()),
                     None => match self
                         .shared
@@ -616,8 +681,8 @@ impl Committer {
                         currency,
                         ..
                     }) => {
-                        let refunded = match staged.refunded.get(&wk) {
-                            Some(r) => *r,
+                        let refunded = match self.written_refunded(staged, &wk) {
+                            Some(r) => r,
                             None => match self
                                 .shared
                                 .tree
@@ -650,51 +715,47 @@ impl Committer {
         })
     }
 
-    /// Writes the staged batch with one atomic `apply_batch` and hands it to the syncer.
-    fn apply(&mut self, staged: Staged, stats: &mut Stats, to_syncer: &Sender<Applied>) {
+    /// Seals the staged commands as the next journal group and hands it to the syncer.
+    /// The working state takes the group at once: the decider's next decisions build on
+    /// it, reading what sled does not hold yet from `unapplied`.
+    fn seal(&mut self, staged: Staged, stats: &mut Stats, to_syncer: &Sender<Sealed>) {
         if staged.answers.is_empty() {
             return;
         }
-        stats.observed = self.shared.observed();
         let Staged {
-            mut batch,
+            mut group,
+            written,
             accounts,
             answers,
-            ..
         } = staged;
-        batch.insert(STATS_KEY, encode(&*stats));
-        let failed = self.shared.failed.lock().clone();
-        crash_point!("commit.before_apply");
-        let error = match failed {
-            Some(reason) => Some(LedgerError::Unavailable(reason)),
-            None => self
-                .shared
-                .tree
-                .apply_batch(batch)
-                .err()
-                .map(|e| self.shared.fail(e.to_string())),
-        };
-        crash_point!("commit.after_apply");
-        if error.is_some() {
-            // The working state stays as it was before this batch.
+        if let Some(reason) = self.shared.failed.lock().clone() {
+            // Nothing more is written: the working state stays as it was, and the staged
+            // commands are told the store failed.
             *stats = self.stats.clone();
-        } else {
-            for (account, per) in &accounts {
-                self.balances.accounts.insert(account.clone(), per.clone());
-            }
-            self.stats = stats.clone();
-            if answers.iter().any(|a| matches!(a, Pending::Command { .. })) {
-                self.shared.metrics.lock().applies += 1;
-            }
+            answer_all(&self.shared, answers, &LedgerError::Unavailable(reason));
+            return;
         }
-        let applied = Applied {
+        stats.observed = self.shared.observed();
+        group.number = self.next_group;
+        group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
+        group.put(STATS_KEY, encode(&*stats));
+        // sled learns which group it holds in the same atomic batch, so that recovery
+        // replays the journal from the group after it.
+        group.put(GROUP_KEY, group.number.to_be_bytes().to_vec());
+        self.next_group += 1;
+        for (account, per) in &accounts {
+            self.balances.accounts.insert(account.clone(), per.clone());
+        }
+        self.stats = stats.clone();
+        self.unapplied.push_back((group.number, written));
+        let sealed = Sealed {
+            group: Some(group),
             answers,
             accounts,
             stats: stats.clone(),
-            error,
         };
-        if let Err(crossbeam_channel::SendError(applied)) = to_syncer.send(applied) {
-            answer_all(&self.shared, applied.answers, &LedgerError::Closed);
+        if let Err(crossbeam_channel::SendError(sealed)) = to_syncer.send(sealed) {
+            answer_all(&self.shared, sealed.answers, &LedgerError::Closed);
         }
     }
 
@@ -723,7 +784,7 @@ impl Committer {
                 let mut rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
                 if !rec.expired {
                     rec.expired = true;
-                    staged.batch.insert(kk, rec.encode());
+                    staged.group.put(kk, rec.encode());
                     stats.expire_one();
                     expired += 1;
                 }
@@ -735,8 +796,10 @@ impl Committer {
     }
 }
 
-/// The syncer's loop: one flush and one fdatasync for every batch applied since the last.
-fn sync_loop(shared: &Shared, rx: &Receiver<Applied>, free: &Sender<()>) {
+/// The syncer's loop: for each sealed group, one journal write and sync, then one
+/// `apply_batch` into sled's memory, then its answers; checkpoints between groups.
+fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free: &Sender<()>) {
+    let mut checkpoints = Checkpoints::start(shared);
     loop {
         if rx.is_empty() {
             // Full already means the decider has not used the last token yet.
@@ -745,55 +808,191 @@ fn sync_loop(shared: &Shared, rx: &Receiver<Applied>, free: &Sender<()>) {
         let Ok(first) = rx.recv() else {
             break;
         };
-        let mut group = vec![first];
+        let mut sealed = vec![first];
         while let Ok(more) = rx.try_recv() {
-            group.push(more);
+            sealed.push(more);
         }
-        let failed = shared.failed.lock().clone();
-        let synced = match failed {
-            Some(reason) => Err(LedgerError::Unavailable(reason)),
-            None => {
-                crash_point!("sync.before_flush");
-                // Flushed: the decider may apply the next batch now, overlapping our
-                // fdatasync and the answering (sled's flush and apply exclude each other).
-                let synced = durable_then(shared, || {
-                    let _ = free.try_send(());
-                })
-                .map_err(|e| shared.fail(e.to_string()));
-                crash_point!("sync.after_flush");
-                synced
+        let mut errors: Vec<Option<LedgerError>> = Vec::with_capacity(sealed.len());
+        for s in &sealed {
+            // Read apart from the match: a guard in its scrutinee would be held through the
+            // journal's write and sync, and every arrival checks `failed` first.
+            let failed = shared.failed.lock().clone();
+            let error = match (&s.group, failed) {
+                (None, _) => None,
+                (Some(_), Some(reason)) => Some(LedgerError::Unavailable(reason)),
+                (Some(group), None) => match journal.append(group) {
+                    Ok(()) => {
+                        checkpoints.written(group.record_len());
+                        None
+                    }
+                    Err(e) => Some(shared.fail(e.to_string())),
+                },
+            };
+            errors.push(error);
+        }
+        // Durable: the decider may seal the next group while this one is applied and
+        // answered.
+        let _ = free.try_send(());
+        for (s, error) in sealed.iter().zip(errors.iter_mut()) {
+            let Some(group) = s.group.as_ref().filter(|_| error.is_none()) else {
+                continue;
+            };
+            match shared.tree.apply_batch(group.to_batch()) {
+                Ok(()) => {
+                    crash_point!("sync.after_apply");
+                    shared.applied_group.store(group.number, Ordering::Release);
+                }
+                Err(e) => *error = Some(shared.fail(e.to_string())),
             }
-        };
-        // A "batch" in the metrics is what one sync made durable.
-        let commands = group
+        }
+        // A "batch" in the metrics is what one journal sync made durable.
+        let commands = sealed
             .iter()
-            .flat_map(|a| &a.answers)
+            .zip(&errors)
+            .filter(|(_, e)| e.is_none())
+            .flat_map(|(s, _)| &s.answers)
             .filter(|a| matches!(a, Pending::Command { .. }))
             .count();
-        if commands > 0 && synced.is_ok() {
+        if commands > 0 {
             let size = u64::try_from(commands).unwrap_or(u64::MAX);
             let mut m = shared.metrics.lock();
             m.batches += 1;
             m.commands += size;
             m.batch_size_max = m.batch_size_max.max(size);
             m.last_batch_size = size;
+            m.applies += sealed
+                .iter()
+                .filter(|s| {
+                    s.group.is_some()
+                        && s.answers
+                            .iter()
+                            .any(|a| matches!(a, Pending::Command { .. }))
+                })
+                .count() as u64;
         }
-        for mut applied in group {
-            let error = match (&synced, applied.error.take()) {
-                (_, Some(e)) => Some(e),
-                (Err(e), None) => Some(e.clone()),
-                (Ok(()), None) => None,
-            };
+        for (s, error) in sealed.into_iter().zip(errors) {
             match error {
-                Some(e) => answer_all(shared, applied.answers, &e),
-                None => publish(shared, applied),
+                Some(e) => answer_all(shared, s.answers, &e),
+                None => publish(shared, s),
             }
+        }
+        checkpoints.tick(shared, &mut journal);
+    }
+    checkpoints.finish(shared, &mut journal);
+}
+
+/// Checkpoints: from time to time sled is flushed on a thread of its own, and once that
+/// returns, the journal deletes the segments sled now holds durably. The journal's size
+/// stays bounded by what was written since the last checkpoint, and a reopen replays at
+/// most that.
+struct Checkpoints {
+    /// Journal bytes written since the last checkpoint was asked for.
+    bytes: u64,
+    asked_at: Instant,
+    /// The group the flush in progress covers.
+    in_progress: Option<u64>,
+    /// The last group sled holds durably.
+    durable: u64,
+    ask: Option<Sender<u64>>,
+    done: Receiver<Result<u64>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Checkpoints {
+    fn start(shared: &Shared) -> Self {
+        let (ask, asked) = crossbeam_channel::bounded::<u64>(1);
+        let (done_tx, done) = crossbeam_channel::bounded::<Result<u64>>(1);
+        let db = shared.db.clone();
+        let data_file = shared.data_file.as_ref().and_then(|f| f.try_clone().ok());
+        let thread = std::thread::Builder::new()
+            .name("idem-checkpoint".into())
+            .spawn(move || {
+                for group in asked {
+                    let flushed = db.flush().map_err(io_err).and_then(|_| match &data_file {
+                        Some(f) => f
+                            .sync_data()
+                            .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}"))),
+                        None => Ok(()),
+                    });
+                    if done_tx.send(flushed.map(|()| group)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .ok();
+        Self {
+            bytes: 0,
+            asked_at: Instant::now(),
+            in_progress: None,
+            durable: shared.applied_group.load(Ordering::Acquire),
+            ask: thread.is_some().then_some(ask),
+            done,
+            thread,
+        }
+    }
+
+    fn written(&mut self, bytes: usize) {
+        self.bytes += bytes as u64;
+    }
+
+    /// Takes a finished flush (and drops the journal's segments below it), and asks for
+    /// the next one when enough was written or enough time passed.
+    fn tick(&mut self, shared: &Shared, journal: &mut Journal) {
+        if let Ok(flushed) = self.done.try_recv() {
+            self.in_progress = None;
+            self.finished(shared, journal, flushed);
+        }
+        let applied = shared.applied_group.load(Ordering::Acquire);
+        let due = self.bytes >= shared.config.checkpoint_bytes
+            || self.asked_at.elapsed() >= shared.config.checkpoint_interval;
+        if self.in_progress.is_none()
+            && applied > self.durable
+            && due
+            && let Some(ask) = &self.ask
+            && ask.try_send(applied).is_ok()
+        {
+            self.in_progress = Some(applied);
+            self.bytes = 0;
+            self.asked_at = Instant::now();
+        }
+    }
+
+    fn finished(&mut self, shared: &Shared, journal: &mut Journal, flushed: Result<u64>) {
+        match flushed {
+            Ok(group) => {
+                self.durable = group;
+                if let Err(e) = journal.checkpoint(group) {
+                    shared.fail(e.to_string());
+                }
+            }
+            Err(e) => {
+                shared.fail(e.to_string());
+            }
+        }
+    }
+
+    /// On shutdown: waits for a flush in progress, then makes sled hold every group, so
+    /// that the next open replays nothing.
+    fn finish(mut self, shared: &Shared, journal: &mut Journal) {
+        drop(self.ask.take());
+        if self.in_progress.is_some()
+            && let Ok(flushed) = self.done.recv()
+        {
+            self.finished(shared, journal, flushed);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let applied = shared.applied_group.load(Ordering::Acquire);
+        if applied > self.durable && shared.failed.lock().is_none() {
+            let flushed = flush_sled(shared).map(|()| applied);
+            self.finished(shared, journal, flushed);
         }
     }
 }
 
-/// Makes a durable batch visible to readers, then answers it.
-fn publish(shared: &Shared, applied: Applied) {
+/// Makes a durable group visible to readers, then answers it.
+fn publish(shared: &Shared, applied: Sealed) {
     {
         let mut state = shared.state.write();
         for (account, per) in applied.accounts {

@@ -66,13 +66,17 @@ mod verify;
 
 pub use blocking::Blocking;
 use committer::{Committer, Queued, Request};
+use journal::JournalOptions;
 use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, Released, SHARDS, Shard};
 use records::{
-    Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, STATS_KEY, decode, decode_balance, fact_key, io_err,
-    scoped_key, seq_of,
+    GROUP_KEY, Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, STATS_KEY, decode, decode_balance,
+    fact_key, io_err, scoped_key, seq_of,
 };
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
+
+/// The journal's folder inside the ledger's.
+pub const JOURNAL_DIR: &str = "journal";
 
 /// How a ledger is opened.
 #[derive(Debug, Clone)]
@@ -84,11 +88,20 @@ pub struct SledConfig {
     pub retention: Duration,
     /// How long a claim on a key holds before another attempt may take it over.
     pub lease: Duration,
-    /// fdatasync the data file after sled's flush (see ARCHITECTURE.md, durability).
+    /// Sync the journal on every group, and sled's data file at every checkpoint (see
+    /// ARCHITECTURE.md, durability). Off only for tests and benchmarks that measure
+    /// everything but the disk.
     pub fsync: bool,
-    /// The most commands one `apply_batch` takes. Staging waits for a busy syncer only
-    /// until this many; a sync then covers every batch applied meanwhile.
+    /// The most commands one group takes. Staging waits for a busy syncer only until this
+    /// many.
     pub batch_max: usize,
+    /// How the journal is written: segment size, sync call, preallocation.
+    pub journal: JournalOptions,
+    /// A checkpoint (sled flushed, the journal's older segments deleted) is taken once this
+    /// many journal bytes were written since the last one began...
+    pub checkpoint_bytes: u64,
+    /// ...or once this much time passed with something written.
+    pub checkpoint_interval: Duration,
     /// `verify` reads the key records on a second thread while it folds the log: a fifth
     /// faster on an idle machine, but on two cores that thread takes CPU from the
     /// committer, whose slowest commit grew several times in the load bench. So a
@@ -111,6 +124,12 @@ impl SledConfig {
             lease: Duration::from_secs(10),
             fsync: true,
             batch_max: 2048,
+            journal: JournalOptions {
+                segment_size: 16 * 1024 * 1024,
+                ..JournalOptions::default()
+            },
+            checkpoint_bytes: 8 * 1024 * 1024,
+            checkpoint_interval: Duration::from_secs(2),
             verify_in_parallel: false,
             in_flight_wait: Duration::from_millis(20),
             clock: Arc::new(SystemClock),
@@ -151,12 +170,16 @@ struct Shared {
     shards: Vec<Mutex<Shard>>,
     state: RwLock<State>,
     durable_seq: AtomicU64,
+    /// The last journal group applied to sled (in sled's memory): set by the syncer, read
+    /// by the decider to forget what sled now answers for, and by checkpoints.
+    applied_group: AtomicU64,
     next_token: AtomicU64,
     replayed: AtomicU64,
     conflicts_in_flight: AtomicU64,
     conflicts_reused: AtomicU64,
     /// Set on the first storage failure: from then on nothing is written until reopened,
-    /// because sled's memory may hold a batch whose flush failed.
+    /// because the journal may hold a group whose sync failed, or sled may lack one the
+    /// journal holds.
     failed: Mutex<Option<String>>,
     /// Commit latency and batch sizes, for the metrics.
     metrics: Mutex<CommitMetrics>,
@@ -241,10 +264,15 @@ impl SledStore {
             .path(&path)
             .cache_capacity(config.cache_capacity_bytes)
             .mode(sled::Mode::HighThroughput)
+            // Durability is the journal's: sled's buffers reach the disk when they fill and
+            // at checkpoints, never on a timer of sled's own that would compete with the
+            // journal's syncs.
+            .flush_every_ms(None)
             .open()
             .map_err(|e| open_err(&shown, e))?;
         released.data_file = Some(path.join("db"));
         let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
+        let (journal, replayed_groups) = replay_journal(&tree, &config, &shown)?;
         let (stats, last_fact) = check_tail(&tree, &shown)?;
         let fresh = stats.is_none();
         if !fresh {
@@ -266,8 +294,10 @@ impl SledStore {
             keys_expired: stats.keys_expired,
             accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
             last_fact_at: last_fact.as_ref().map(|f| f.at.to_rfc3339()),
+            replayed_groups,
             open_ms: started.elapsed().as_millis(),
         };
+        let next_group = journal.next_group();
         let observed = stats.observed;
         let shared = Arc::new(Shared {
             path,
@@ -276,6 +306,7 @@ impl SledStore {
             data_file,
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             durable_seq: AtomicU64::new(stats.last_seq),
+            applied_group: AtomicU64::new(next_group - 1),
             next_token: AtomicU64::new(1),
             replayed: AtomicU64::new(observed.replayed),
             conflicts_in_flight: AtomicU64::new(observed.conflicts_in_flight),
@@ -294,7 +325,7 @@ impl SledStore {
         if fresh {
             // Write the stats record now, so that a later open can tell a new ledger from
             // one whose stats vanished.
-            let committer = Committer::new(shared.clone());
+            let committer = Committer::new(shared.clone(), next_group);
             committer
                 .write_new_ledger()
                 .map_err(|e| open_err_l(&shown, e))?;
@@ -303,7 +334,7 @@ impl SledStore {
         let committer_shared = shared.clone();
         let handle = std::thread::Builder::new()
             .name("idem-committer".into())
-            .spawn(move || Committer::new(committer_shared).run(rx))
+            .spawn(move || Committer::new(committer_shared, next_group).run(rx, journal))
             .map_err(|e| LedgerError::Unavailable(format!("starting the committer: {e}")))?;
         Ok((
             SledStore {
@@ -544,6 +575,35 @@ impl Drop for SledStore {
             self.close();
         }
     }
+}
+
+/// Opens the ledger's journal and replays into sled every group sled does not hold: after
+/// a crash, those sled had in memory only. Returns the journal, ready for the next group,
+/// and how many groups were replayed. A torn tail is cut off; damage followed by valid
+/// records, or a journal that does not continue sled, refuses to open.
+fn replay_journal(
+    tree: &sled::Tree,
+    config: &SledConfig,
+    shown: &str,
+) -> Result<(journal::Journal, u64)> {
+    let held = match tree.get(GROUP_KEY).map_err(|e| open_err(shown, e))? {
+        None => 0,
+        Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| LedgerError::Corrupt {
+            path: shown.to_owned(),
+            detail: "the journal group record has the wrong length".into(),
+        })?),
+    };
+    let mut options = config.journal.clone();
+    if !config.fsync {
+        options.sync = journal::SyncMode::Never;
+    }
+    let (journal, recovery) =
+        journal::Journal::open(&config.path.join(JOURNAL_DIR), options, held)?;
+    for group in &recovery.groups {
+        tree.apply_batch(group.to_batch())
+            .map_err(|e| open_err(shown, e))?;
+    }
+    Ok((journal, recovery.groups.len() as u64))
 }
 
 /// Reads the stats record (`None`: a new ledger) and the log's last fact, and checks that
