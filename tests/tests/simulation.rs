@@ -71,8 +71,8 @@ fn simulation() {
     let mut err = std::io::stderr();
     let _ = writeln!(
         err,
-        "simulation: {} seeds ({first}..{}), {} steps, {} intents, {} facts, {} crashes, \
-         (at {}: {}), {} answers ({} replays), {} deliveries, {} in flight, {} reused keys refused, \
+        "simulation: {} seeds ({first}..{}), {} steps, {} intents, {} facts, {} crashes \
+         (at {}: {}), {} checkpoints ({} journal records deleted), {} answers ({} replays), {} deliveries, {} in flight, {} reused keys refused, \
          {} reused message ids quarantined, {} packets lost, {} duplicated, {} keys expired, \
          {} clock steps back, {} violations, {:.1}s on {threads} threads",
         reports.len(),
@@ -82,7 +82,7 @@ fn simulation() {
         total(|r| r.facts),
         total(|r| r.crashes),
         sim::Point::ALL.map(sim::Point::name).join(", "),
-        (0..4)
+        (0..sim::Point::ALL.len())
             .map(|i| reports
                 .iter()
                 .map(|r| r.crash_points[i])
@@ -90,6 +90,8 @@ fn simulation() {
                 .to_string())
             .collect::<Vec<_>>()
             .join(", "),
+        total(|r| r.checkpoints),
+        total(|r| r.records_deleted),
         total(|r| r.answers),
         total(|r| r.replays),
         total(|r| r.deliveries),
@@ -132,6 +134,8 @@ fn the_runs_exercise_every_fault() {
     let total = |f: fn(&Report) -> usize| reports.iter().map(f).sum::<usize>();
     for (what, n) in [
         ("crashes", total(|r| r.crashes)),
+        ("checkpoints", total(|r| r.checkpoints)),
+        ("journal records deleted", total(|r| r.records_deleted)),
         ("replays", total(|r| r.replays)),
         ("in-flight answers", total(|r| r.in_flight)),
         ("reused keys refused", total(|r| r.reused_refused)),
@@ -172,13 +176,23 @@ fn catches_a_redelivery_that_executes_again() {
 }
 
 #[test]
-fn catches_a_lost_flushed_batch() {
-    caught(Mutation::LoseFlushedBatch);
+fn catches_a_lost_synced_group() {
+    caught(Mutation::LoseSyncedGroup);
 }
 
 #[test]
-fn catches_an_answer_before_the_flush() {
-    caught(Mutation::AnswerBeforeFlush);
+fn catches_an_answer_before_the_journal_sync() {
+    caught(Mutation::AnswerBeforeJournalSync);
+}
+
+#[test]
+fn catches_a_group_applied_to_sled_before_its_journal_sync() {
+    caught(Mutation::ApplyBeforeJournalSync);
+}
+
+#[test]
+fn catches_a_checkpoint_that_deletes_a_segment_still_needed() {
+    caught(Mutation::CheckpointDeletesNeeded);
 }
 
 #[test]
@@ -205,7 +219,7 @@ fn catches_a_refund_decided_while_its_withdrawal_is_in_flight() {
 fn every_mutation_has_a_test() {
     assert_eq!(
         Mutation::ALL.len(),
-        8,
+        10,
         "add a catches_* test for the new mutation"
     );
 }

@@ -2,12 +2,15 @@
 //!
 //! One seeded RNG drives a few clients with scripted intents (deposits, withdrawals and
 //! refunds, each under its own key), an at-least-once broker, a lossy network and a worker
-//! whose store can crash at any of its four commit points. The store is simulated
-//! (`store.rs`) with the sled store's semantics, but every decision is made by the real
-//! pure core (`ledger::core::classify`, `ledger::core::decide`) and every answer rendered
-//! by the real `Outcome::from_fact` and `ledger::fact::json::outcome`. After every step,
-//! and after a final phase that retries every unresolved intent with its own key until it
-//! is resolved, the reference model (`model.rs`) checks: one effect per intent, no
+//! whose store can crash at any of its six crash points (around the journal's write and
+//! sync, after the apply to sled, and in a checkpoint) or between two commits. The store
+//! is simulated (`store.rs`) with the sled store's semantics, its journal and sled's disk
+//! two files that each lose what was not synced, independently; but every decision is
+//! made by the real pure core (`ledger::core::classify`, `ledger::core::decide`) and every
+//! answer rendered by the real `Outcome::from_fact` and `ledger::fact::json::outcome`.
+//! After every step, and after a final phase that retries every unresolved intent with its
+//! own key until it is resolved, the reference model (`model.rs`) checks: after every
+//! crash the ledger opens to exactly the journal's durable end, one effect per intent, no
 //! acknowledged outcome lost or changed, no negative user balance, every currency summing
 //! to zero, replays identical (every answer as an outcome, a rotating third of the keys
 //! byte for byte after expiry), and no refund rejected as `withdrawal_not_found` while its
@@ -34,10 +37,18 @@ pub enum Mutation {
     ReuseIsReplay,
     /// A message skips the compare on its key: a redelivery executes again.
     RedeliveryExecutesAgain,
-    /// A crash also loses the last flushed group, as after a power cut without fdatasync.
-    LoseFlushedBatch,
-    /// Answers leave when the batch is applied, before it is flushed.
-    AnswerBeforeFlush,
+    /// A crash also loses the journal's last synced record, as after a power cut when the
+    /// journal's sync did not reach the disk.
+    LoseSyncedGroup,
+    /// Answers leave once the group's record is written, before the journal's sync.
+    AnswerBeforeJournalSync,
+    /// A group is applied to sled's memory before its journal sync, so sled's disk can
+    /// hold a group whose record the journal then loses.
+    ApplyBeforeJournalSync,
+    /// A checkpoint deletes the journal's segments up to the last group applied to sled
+    /// without flushing sled first, so a crash can leave sled's disk behind a group the
+    /// journal no longer holds.
+    CheckpointDeletesNeeded,
     /// The sweep deletes expired key records instead of marking them.
     SweepForgetsKey,
     /// A refund's decision does not see earlier refunds of its withdrawal.
@@ -50,11 +61,13 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::ReuseIsReplay,
         Mutation::RedeliveryExecutesAgain,
-        Mutation::LoseFlushedBatch,
-        Mutation::AnswerBeforeFlush,
+        Mutation::LoseSyncedGroup,
+        Mutation::AnswerBeforeJournalSync,
+        Mutation::ApplyBeforeJournalSync,
+        Mutation::CheckpointDeletesNeeded,
         Mutation::SweepForgetsKey,
         Mutation::ForgetRefunds,
         Mutation::ClockNotClamped,
@@ -109,9 +122,12 @@ pub struct Report {
     pub intents: usize,
     pub facts: usize,
     pub crashes: usize,
-    /// Crashes at each of [`Point::ALL`], while a batch was passing it; the rest of
-    /// `crashes` fell between two commits.
-    pub crash_points: [usize; 4],
+    /// Crashes at each of [`Point::ALL`], while a group or a checkpoint was passing it; the
+    /// rest of `crashes` fell between two commits.
+    pub crash_points: [usize; Point::ALL.len()],
+    /// Checkpoints taken, and journal records deleted with their segments.
+    pub checkpoints: usize,
+    pub records_deleted: usize,
     pub answers: usize,
     pub replays: usize,
     pub deliveries: usize,

@@ -114,7 +114,8 @@ impl Model {
             .collect()
     }
 
-    /// An outcome reached a client or the consumer: after a flush, so it is acknowledged.
+    /// An outcome reached a client or the consumer: after its journal sync, so it is
+    /// acknowledged.
     pub fn heard(
         &mut self,
         intent: usize,
@@ -181,7 +182,7 @@ impl Model {
     }
 
     /// Checks one snapshot of the store. `durable` snapshots must also hold everything that
-    /// was acknowledged; the in-memory tree need only be consistent.
+    /// was acknowledged; the decider's view in memory need only be consistent.
     pub fn check(&mut self, data: &Data, durable: bool) -> Result<(), String> {
         let what = if durable { "on disk" } else { "in memory" };
         let stats = &data.stats;
@@ -192,9 +193,9 @@ impl Model {
                 stats.last_seq
             ));
         }
-        // The disk only grows between crashes and the tree is the disk plus what was
-        // applied since, so the fold of the last disk check is reused while the fact it
-        // ended at is still there, unchanged. The final check folds from scratch.
+        // The journal's durable end only grows and the decider's view is that end plus the
+        // groups sealed since, so the fold of the last durable check is reused while the
+        // fact it ended at is still there, unchanged. The final check folds from scratch.
         let reusable = self.folded.n <= data.facts.len()
             && self
                 .folded

@@ -3,19 +3,42 @@
 //!
 //! What it mirrors, record for record: key records `{seq, at, fingerprint, expired}`, the
 //! gapless fact log, balances per (account, currency), refunded totals per withdrawal, the
-//! inbox by message id, the stats record written with every batch; claims with a lease and
-//! the answer cache in memory; the decider staging a batch of at most `batch_max` commands
-//! with the compare-and-swap on the key, then one atomic apply, then one flush for every
-//! batch applied since, and answers only after that flush (but for a refund whose
-//! withdrawal is still in flight, told 409 at once with nothing staged). Decisions are the
-//! real `ledger::core::classify` and `ledger::core::decide`, answers the real
-//! `Outcome::from_fact`, so the code under test is the ledger's own.
+//! inbox by message id, the stats record written with every group; claims with a lease and
+//! the answer cache in memory. Decisions are the real `ledger::core::classify` and
+//! `ledger::core::decide`, answers the real `Outcome::from_fact`, so the code under test is
+//! the ledger's own.
 //!
-//! The state is split the way a crash splits it: `durable` is what the last flush wrote;
-//! `tree` is what sled holds in memory (durable plus every batch applied since). A crash
-//! keeps `durable` and loses everything else.
+//! The commit path is the journal's: the decider stages at most `batch_max` commands with
+//! the compare-and-swap on the key against its working view, and seals them as one journal
+//! group with the next group number (1, 2, 3, ..., no gap); its view is sled's memory plus
+//! every sealed group not yet applied to sled (an overlay read before sled). The syncer,
+//! for each sealed group in order, writes it to the journal, syncs the journal, applies the
+//! group to sled's memory in one atomic batch that also records the group's number, and
+//! only then answers everyone in the group and releases their claims (but for a refund
+//! whose withdrawal is still in flight, told 409 at once with nothing staged). sled is
+//! never flushed on the commit path. A checkpoint, now and then, takes the last group
+//! applied to sled, flushes sled, then deletes the journal's segments (of a few groups
+//! each, per seed) whose groups are all at or below it, never the one appended to.
+//!
+//! Two files, each losing what was not synced, independently of the other:
+//!
+//! - the journal keeps every synced record; a record written and not synced when the
+//!   process dies survives whole, torn (cut off at recovery) or not at all;
+//! - sled's disk keeps what the last checkpoint flushed, and as sled writes its buffers in
+//!   the background, possibly more: after a crash it holds the groups up to some group
+//!   between the last checkpoint's and the last applied to its memory, chosen at random.
+//!
+//! Recovery opens sled's disk, reads the group it records and replays every journal group
+//! after it (groups carry absolute values, so a replay is idempotent). A journal that does
+//! not continue sled (a needed group deleted, or ending before sled's group) is refused,
+//! as the real journal refuses it, and a ledger that opens to anything but the journal's
+//! durable end is refused by the checker: `durable` is that end, the fold of every group
+//! the journal holds durably, and it is what the reference model checks after every step
+//! (every acknowledged outcome must be in it). `sled` is sled's memory and `view` the
+//! decider's; a crash loses both, and the queue, the claims and the answer cache.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::rc::Rc;
 use std::time::Duration;
 
 use ledger::core::{self, AccountView, Inputs, Seen, WithdrawalView};
@@ -26,6 +49,7 @@ use ledger::{
 };
 
 use super::Mutation;
+use super::rng::Rng;
 
 /// A key scoped by its client, as every record of the store is.
 pub type Ck = (ClientId, Key);
@@ -38,34 +62,54 @@ pub struct StoreConfig {
     pub batch_max: usize,
     pub lease_ms: i64,
     pub retention_ms: i64,
+    /// Groups a journal segment holds; a checkpoint deletes whole segments.
+    pub segment_groups: u64,
 }
 
-/// The four crash points of the real committer (ARCHITECTURE.md, crash points).
+/// The crash points of the real committer and journal, under their failpoint names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point {
-    /// The batch is staged, nothing is written.
-    BeforeApply,
-    /// The batch is in sled's memory, not on disk.
-    AfterApply,
-    /// Every applied batch is in memory; the flush has not started.
-    BeforeFlush,
-    /// Durable, and nobody has been told: no answer, no ack.
-    AfterFlush,
+    /// The group is sealed, nothing of it is written.
+    JournalBeforeWrite,
+    /// The group's record is written, not synced: it may survive whole, torn or not at all.
+    JournalAfterWrite,
+    /// The group is durable in the journal, not applied to sled, and nobody has been told.
+    JournalAfterSync,
+    /// The group is in sled's memory too, and nobody has been told: no answer, no ack.
+    SyncAfterApply,
+    /// A checkpoint has flushed sled and deleted nothing yet.
+    CheckpointBeforeDelete,
+    /// A checkpoint has deleted the journal's segments at or below sled's flushed group.
+    CheckpointAfterDelete,
 }
 
 impl Point {
-    pub const ALL: [Point; 4] = [
-        Point::BeforeApply,
-        Point::AfterApply,
-        Point::BeforeFlush,
-        Point::AfterFlush,
+    pub const ALL: [Point; 6] = [
+        Point::JournalBeforeWrite,
+        Point::JournalAfterWrite,
+        Point::JournalAfterSync,
+        Point::SyncAfterApply,
+        Point::CheckpointBeforeDelete,
+        Point::CheckpointAfterDelete,
     ];
+    /// The points a turn of the syncer passes, for each group.
+    pub const SYNC: [Point; 4] = [
+        Point::JournalBeforeWrite,
+        Point::JournalAfterWrite,
+        Point::JournalAfterSync,
+        Point::SyncAfterApply,
+    ];
+    /// The points a checkpoint passes.
+    pub const CHECKPOINT: [Point; 2] =
+        [Point::CheckpointBeforeDelete, Point::CheckpointAfterDelete];
     pub fn name(self) -> &'static str {
         match self {
-            Point::BeforeApply => "commit.before_apply",
-            Point::AfterApply => "commit.after_apply",
-            Point::BeforeFlush => "sync.before_flush",
-            Point::AfterFlush => "sync.after_flush",
+            Point::JournalBeforeWrite => "journal.before_write",
+            Point::JournalAfterWrite => "journal.after_write",
+            Point::JournalAfterSync => "journal.after_sync",
+            Point::SyncAfterApply => "sync.after_apply",
+            Point::CheckpointBeforeDelete => "checkpoint.before_delete",
+            Point::CheckpointAfterDelete => "checkpoint.after_delete",
         }
     }
 }
@@ -87,9 +131,11 @@ pub struct InboxRecord {
     pub seq: u64,
 }
 
-/// Everything sled holds, one map per record prefix.
-#[derive(Debug, Clone, Default)]
+/// Everything sled holds, one map per record prefix, and the last group applied to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Data {
+    /// The number of the last group applied, recorded in the same atomic batch.
+    pub group: u64,
     pub facts: BTreeMap<u64, Fact>,
     pub keys: BTreeMap<Ck, KeyRecord>,
     pub balances: Balances,
@@ -99,7 +145,7 @@ pub struct Data {
     pub stats: Stats,
 }
 
-/// One record written by a batch.
+/// One record written by a group.
 #[derive(Debug, Clone)]
 enum Write {
     Fact(Fact),
@@ -109,11 +155,19 @@ enum Write {
     Balance(Account, Currency, i128),
     Refunded(Ck, u64),
     Inbox(MessageId, InboxRecord),
-    Quarantine,
+    /// The count of quarantined messages, absolute like every value a group carries.
+    Quarantine(u64),
     Stats(Stats),
 }
 
 impl Data {
+    fn apply(&mut self, record: &Record) {
+        for w in record.writes.iter() {
+            self.write(w);
+        }
+        self.group = record.number;
+    }
+
     fn write(&mut self, w: &Write) {
         match w {
             Write::Fact(f) => {
@@ -138,7 +192,7 @@ impl Data {
             Write::Inbox(id, rec) => {
                 self.inbox.insert(id.clone(), rec.clone());
             }
-            Write::Quarantine => self.quarantined += 1,
+            Write::Quarantine(total) => self.quarantined = *total,
             Write::Stats(s) => self.stats = s.clone(),
         }
     }
@@ -178,7 +232,7 @@ struct Request {
     ticket: Ticket,
 }
 
-/// An answer held until its batch is durable.
+/// An answer held until its group is durable and applied.
 #[derive(Debug, Clone)]
 struct Pending {
     ticket: Ticket,
@@ -188,13 +242,22 @@ struct Pending {
     answer: Answer,
 }
 
-#[derive(Debug, Default)]
-struct Batch {
-    writes: Vec<Write>,
+/// What a group writes: the payload of its journal record, and the batch sled applies.
+/// Shared between the overlay, the journal and sled's unflushed groups.
+#[derive(Debug, Clone)]
+struct Record {
+    number: u64,
+    writes: Rc<[Write]>,
+}
+
+/// A sealed group on its way through the syncer, with the answers it holds back.
+#[derive(Debug)]
+struct Group {
+    record: Record,
     answers: Vec<Pending>,
 }
 
-/// One batch in the making: what its commands see of each other before it is applied.
+/// One group in the making: what its commands see of each other before it is sealed.
 #[derive(Default)]
 struct Staged {
     writes: Vec<Write>,
@@ -202,71 +265,110 @@ struct Staged {
     accounts: HashMap<Account, BTreeMap<Currency, i128>>,
     refunded: HashMap<Ck, u64>,
     inbox: HashMap<MessageId, InboxRecord>,
+    quarantined: Option<u64>,
 }
 
 pub struct SimStore {
     config: StoreConfig,
     mutation: Mutation,
+    /// Decides what each file keeps at a crash; seeded by the world, so a run replays.
+    rng: Rng,
     up: bool,
+    /// The journal's durable end: every group it ever synced, folded in order. After any
+    /// crash the ledger must open to exactly this.
     durable: Data,
-    tree: Data,
-    /// The durable state before the last flush, kept only for [`Mutation::LoseFlushedBatch`].
-    before_last_flush: Option<Data>,
-    /// Batches applied (in `tree`) and not yet flushed, oldest first.
-    applied: Vec<Batch>,
+    /// The journal's records on disk, in order, from the oldest segment not deleted.
+    journal: VecDeque<Record>,
+    /// sled's disk as the last flush (a checkpoint's, or the state recovery found) left it.
+    sled_disk: Data,
+    /// Groups applied to sled's memory since `sled_disk`, oldest first: sled may have
+    /// written any prefix of them by the time the process dies.
+    unflushed: Vec<Record>,
+    /// sled's memory: `sled_disk` plus `unflushed`.
+    sled: Data,
+    /// The decider's view: sled's memory plus every sealed group not yet applied.
+    view: Data,
+    /// Sealed groups not yet through the syncer, oldest first: the overlay of `view`.
+    sealed: VecDeque<Group>,
+    next_group: u64,
     queue: VecDeque<Request>,
     claims: HashMap<Ck, Claim>,
     /// The shard's cache of durable answers; dies with the process.
     answers: HashMap<Ck, (Fingerprint, Outcome)>,
     next_token: u64,
-    /// Bumped on every change of `durable` / `tree`, so the checker re-reads only changes.
+    /// What the files kept at the last crash, for the trace.
+    fate: String,
+    /// Bumped on every change of `durable` / `view`, so the checker re-reads only changes.
     pub durable_version: u64,
-    pub tree_version: u64,
+    pub view_version: u64,
 }
 
 impl SimStore {
-    pub fn new(config: StoreConfig, mutation: Mutation) -> Self {
+    pub fn new(config: StoreConfig, mutation: Mutation, rng: Rng) -> Self {
         Self {
             config,
             mutation,
+            rng,
             up: true,
             durable: Data::default(),
-            tree: Data::default(),
-            before_last_flush: None,
-            applied: Vec::new(),
+            journal: VecDeque::new(),
+            sled_disk: Data::default(),
+            unflushed: Vec::new(),
+            sled: Data::default(),
+            view: Data::default(),
+            sealed: VecDeque::new(),
+            next_group: 1,
             queue: VecDeque::new(),
             claims: HashMap::new(),
             answers: HashMap::new(),
             next_token: 1,
+            fate: String::new(),
             durable_version: 0,
-            tree_version: 0,
+            view_version: 0,
         }
     }
 
     pub fn is_up(&self) -> bool {
         self.up
     }
+    /// The journal's durable end.
     pub fn durable(&self) -> &Data {
         &self.durable
     }
-    pub fn tree(&self) -> &Data {
-        &self.tree
+    /// What the decider reads: sled's memory and the sealed groups over it.
+    pub fn view(&self) -> &Data {
+        &self.view
     }
     pub fn queued(&self) -> usize {
         self.queue.len()
     }
-    pub fn unflushed(&self) -> usize {
-        self.applied.len()
+    /// Sealed groups the syncer has not answered yet.
+    pub fn unsynced(&self) -> usize {
+        self.sealed.len()
     }
     pub fn claims(&self) -> usize {
         self.claims.len()
     }
+    /// Whether a checkpoint has anything to do: groups applied since the last flush, or
+    /// journal records at or below it.
+    pub fn checkpoint_due(&self) -> bool {
+        self.sled.group > self.sled_disk.group
+            || self
+                .journal
+                .front()
+                .is_some_and(|r| r.number <= self.sled_disk.group)
+    }
+    /// What the two files kept at the last crash.
+    pub fn fate(&self) -> &str {
+        &self.fate
+    }
 
     /// Under a live claim, what the key itself holds decides, as in
     /// `SledStore::submit_with`: a message → in flight (its id is checked first, by the
-    /// committer); done with the arriving command and durable → its replay; done with it
-    /// but not flushed → in flight; done with another command → reused; nothing yet →
-    /// `None` (the claim decides).
+    /// committer); done with the arriving command and applied to sled (so durable in the
+    /// journal) → its replay; done with it in a sealed group not yet through the syncer →
+    /// in flight; done with another command → reused; nothing yet → `None` (the claim
+    /// decides).
     fn held_by_key(&mut self, ck: &Ck, fingerprint: Fingerprint, message: bool) -> Option<Answer> {
         let in_flight = Some(Ok(Submission::InProgress {
             retry_after: Duration::from_secs(1),
@@ -282,14 +384,14 @@ impl SimStore {
                 Some(Ok(Submission::Replayed(outcome.clone())))
             };
         }
-        let rec = self.tree.keys.get(ck)?;
+        let rec = self.view.keys.get(ck)?;
         if rec.fingerprint != fingerprint {
             return reused;
         }
-        if self.durable.keys.get(ck).is_none_or(|d| d.seq != rec.seq) {
+        if self.sled.keys.get(ck).is_none_or(|d| d.seq != rec.seq) {
             return in_flight;
         }
-        let outcome = self.tree.outcome(rec)?;
+        let outcome = self.view.outcome(rec)?;
         self.answers
             .insert(ck.clone(), (rec.fingerprint, outcome.clone()));
         Some(Ok(Submission::Replayed(outcome)))
@@ -303,8 +405,8 @@ impl SimStore {
         }
     }
 
-    /// `SledStore::submit_with`: answers at once (a conflict, a replay from the cache or the
-    /// tree, or down), or claims the key, queues the command and returns `None`; the answer
+    /// `SledStore::submit_with`: answers at once (a conflict, a replay from the cache or
+    /// sled, or down), or claims the key, queues the command and returns `None`; the answer
     /// then comes out of a later [`SimStore::sync`] under `ticket`.
     pub fn submit(
         &mut self,
@@ -338,17 +440,18 @@ impl SimStore {
             // The lease ran out: the claim is taken over below, and the decider finds the
             // key done if the first attempt committed.
         } else if message.is_none() {
-            // No claim: the key is new or durably done, so a stored answer may be given.
+            // No claim: the key is new or durably done (claims are released only after the
+            // group is applied to sled), so sled's answer may be given.
             if let Some((stored, outcome)) = self.answers.get(ck) {
                 return Some(Ok(match self.classify(*stored, fingerprint) {
                     Seen::Reused => Submission::Reused,
                     _ => Submission::Replayed(outcome.clone()),
                 }));
             }
-            if let Some(rec) = self.tree.keys.get(ck) {
+            if let Some(rec) = self.sled.keys.get(ck) {
                 return Some(match self.classify(rec.fingerprint, fingerprint) {
                     Seen::Reused => Ok(Submission::Reused),
-                    _ => match self.tree.outcome(rec) {
+                    _ => match self.sled.outcome(rec) {
                         Some(outcome) => {
                             self.answers
                                 .insert(ck.clone(), (rec.fingerprint, outcome.clone()));
@@ -383,20 +486,19 @@ impl SimStore {
         None
     }
 
-    /// The decider's turn: stages up to `batch_max` queued commands and applies them as one
-    /// batch, or dies at `crash` on the way. Returns answers only for the mutant that
-    /// answers before the flush.
-    pub fn decide(&mut self, now: Timestamp, crash: Option<Point>) -> Vec<(Ticket, Answer)> {
+    /// The decider's turn: stages up to `batch_max` queued commands against its view and
+    /// seals them as the next journal group. Returns only the answers given while staging.
+    pub fn decide(&mut self, now: Timestamp) -> Vec<(Ticket, Answer)> {
         if !self.up || self.queue.is_empty() {
             return Vec::new();
         }
         let n = self.config.batch_max.max(1).min(self.queue.len());
         let requests: Vec<Request> = self.queue.drain(..n).collect();
         let mut staged = Staged::default();
-        let mut stats = self.tree.stats.clone();
+        let mut stats = self.view.stats.clone();
         let mut answers = Vec::with_capacity(requests.len());
-        // Answers given while staging, before any crash point: a refund of a withdrawal
-        // in flight, told 409 with nothing staged and its claim released at once.
+        // Answers given while staging: a refund of a withdrawal in flight, told 409 with
+        // nothing staged and its claim released at once.
         let mut at_once = Vec::new();
         for req in requests {
             let answer = self.stage(&mut staged, &mut stats, now, &req);
@@ -419,36 +521,22 @@ impl SimStore {
                 answer,
             });
         }
-        if crash == Some(Point::BeforeApply) {
-            self.crash();
-            return at_once;
-        }
         staged.writes.push(Write::Stats(stats));
-        self.apply(Batch {
-            writes: staged.writes,
-            answers,
-        });
-        if crash == Some(Point::AfterApply) {
-            self.crash();
-            return at_once;
-        }
-        if self.mutation == Mutation::AnswerBeforeFlush {
-            let answers = self
-                .applied
-                .last_mut()
-                .map(|b| std::mem::take(&mut b.answers))
-                .unwrap_or_default();
-            at_once.extend(self.publish(answers));
-        }
+        self.seal(staged.writes, answers);
         at_once
     }
 
-    fn apply(&mut self, batch: Batch) {
-        for w in &batch.writes {
-            self.tree.write(w);
-        }
-        self.tree_version += 1;
-        self.applied.push(batch);
+    /// Seals a group: numbered next, in the decider's view from now on, queued for the
+    /// syncer.
+    fn seal(&mut self, writes: Vec<Write>, answers: Vec<Pending>) {
+        let record = Record {
+            number: self.next_group,
+            writes: writes.into(),
+        };
+        self.next_group += 1;
+        self.view.apply(&record);
+        self.view_version += 1;
+        self.sealed.push_back(Group { record, answers });
     }
 
     /// `Committer::stage`: the compare-and-swap on the key, then the pure decision.
@@ -461,10 +549,12 @@ impl SimStore {
     ) -> Answer {
         let (client, key) = &req.ck;
         if let Some(id) = &req.message {
-            let seen = staged.inbox.get(id).or_else(|| self.tree.inbox.get(id));
+            let seen = staged.inbox.get(id).or_else(|| self.view.inbox.get(id));
             if seen.is_some_and(|r| r.ck != req.ck || r.fingerprint != req.fingerprint) {
                 // Kept with the reason, in the same batch as the refusal.
-                staged.writes.push(Write::Quarantine);
+                let total = staged.quarantined.unwrap_or(self.view.quarantined) + 1;
+                staged.quarantined = Some(total);
+                staged.writes.push(Write::Quarantine(total));
                 return Ok(Submission::Quarantined {
                     reason: "message_id_reused".into(),
                 });
@@ -478,10 +568,10 @@ impl SimStore {
             match staged.keys.get(&req.ck) {
                 Some((f, fact)) => Some((*f, Some(Outcome::from_fact(fact)), 0)),
                 None => self
-                    .tree
+                    .view
                     .keys
                     .get(&req.ck)
-                    .map(|rec| (rec.fingerprint, self.tree.outcome(rec), rec.seq)),
+                    .map(|rec| (rec.fingerprint, self.view.outcome(rec), rec.seq)),
             }
         };
         if let Some((stored, outcome, seq)) = existing {
@@ -525,7 +615,7 @@ impl SimStore {
         ));
         for (account, currency, delta) in legs(&fact) {
             let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
-                self.tree
+                self.view
                     .balances
                     .accounts
                     .get(account)
@@ -555,7 +645,7 @@ impl SimStore {
     }
 
     /// `Committer::withdrawal_in_flight`: a refund whose withdrawal's key (the refund's
-    /// client) is claimed and holds nothing yet, in this batch or in the tree, is not
+    /// client) is claimed and holds nothing yet, in this batch or in the view, is not
     /// decided now. The mutant decides it anyway.
     fn withdrawal_in_flight(&self, staged: &Staged, req: &Request) -> bool {
         let Command::Refund { withdrawal, .. } = &req.command else {
@@ -566,7 +656,7 @@ impl SimStore {
             && wk != req.ck
             && self.claims.contains_key(&wk)
             && !staged.keys.contains_key(&wk)
-            && !self.tree.keys.contains_key(&wk)
+            && !self.view.keys.contains_key(&wk)
     }
 
     fn note_message(&self, staged: &mut Staged, req: &Request, seq: u64) {
@@ -582,12 +672,12 @@ impl SimStore {
     }
 
     /// `Committer::inputs`: the account, and for a refund its withdrawal, as the batch sees
-    /// them (staged first, then the tree).
+    /// them (staged first, then the view).
     fn inputs(&self, staged: &Staged, client: &ClientId, command: &Command) -> Inputs {
         let view = |account: &Account| -> Option<AccountView> {
             let per = match staged.accounts.get(account) {
                 Some(per) => per,
-                None => self.tree.balances.accounts.get(account)?,
+                None => self.view.balances.accounts.get(account)?,
             };
             per.iter().next().map(|(c, b)| AccountView {
                 currency: *c,
@@ -604,10 +694,10 @@ impl SimStore {
                 let fact = match staged.keys.get(&wk) {
                     Some((_, fact)) => Some(fact.clone()),
                     None => self
-                        .tree
+                        .view
                         .keys
                         .get(&wk)
-                        .and_then(|rec| self.tree.facts.get(&rec.seq).cloned()),
+                        .and_then(|rec| self.view.facts.get(&rec.seq).cloned()),
                 };
                 let w = match fact.map(|f| f.body) {
                     Some(FactBody::WithdrawalRecorded {
@@ -622,7 +712,7 @@ impl SimStore {
                             staged
                                 .refunded
                                 .get(&wk)
-                                .or_else(|| self.tree.refunded.get(&wk))
+                                .or_else(|| self.view.refunded.get(&wk))
                                 .copied()
                                 .unwrap_or(0)
                         };
@@ -643,35 +733,66 @@ impl SimStore {
         }
     }
 
-    /// The syncer's turn: one flush for every batch applied since the last, then the
-    /// answers, or a death at `crash` on the way.
+    /// The syncer's turn: for each sealed group in order, one journal write, one journal
+    /// sync, the apply to sled's memory, then the answers; or a death at `crash`, at the
+    /// first group that passes it.
     pub fn sync(&mut self, crash: Option<Point>) -> Vec<(Ticket, Answer)> {
-        if !self.up || self.applied.is_empty() {
-            return Vec::new();
+        let mut out = Vec::new();
+        if !self.up {
+            return out;
         }
-        if crash == Some(Point::BeforeFlush) {
-            self.crash();
-            return Vec::new();
-        }
-        if self.mutation == Mutation::LoseFlushedBatch {
-            self.before_last_flush = Some(self.durable.clone());
-        }
-        let batches = std::mem::take(&mut self.applied);
-        for b in &batches {
-            for w in &b.writes {
-                self.durable.write(w);
+        while let Some(Group {
+            record,
+            mut answers,
+        }) = self.sealed.pop_front()
+        {
+            if crash == Some(Point::JournalBeforeWrite) {
+                self.crash_in(None);
+                return out;
             }
+            // Written from here on, not yet synced.
+            let applied_early = self.mutation == Mutation::ApplyBeforeJournalSync;
+            if applied_early {
+                self.apply_to_sled(&record);
+            }
+            if self.mutation == Mutation::AnswerBeforeJournalSync {
+                out.extend(self.publish(std::mem::take(&mut answers)));
+            }
+            if crash == Some(Point::JournalAfterWrite) {
+                self.crash_in(Some(record));
+                return out;
+            }
+            self.journal_synced(record.clone());
+            if crash == Some(Point::JournalAfterSync) {
+                self.crash_in(None);
+                return out;
+            }
+            if !applied_early {
+                self.apply_to_sled(&record);
+            }
+            if crash == Some(Point::SyncAfterApply) {
+                self.crash_in(None);
+                return out;
+            }
+            out.extend(self.publish(answers));
         }
-        self.durable_version += 1;
-        if crash == Some(Point::AfterFlush) {
-            self.crash();
-            return Vec::new();
-        }
-        let answers = batches.into_iter().flat_map(|b| b.answers).collect();
-        self.publish(answers)
+        out
     }
 
-    /// Releases the claims and hands out the answers of a durable batch.
+    /// A record is durable in the journal: the durable end moves to its group.
+    fn journal_synced(&mut self, record: Record) {
+        self.durable.apply(&record);
+        self.durable_version += 1;
+        self.journal.push_back(record);
+    }
+
+    /// One atomic sled batch: the group's writes and its number, in memory only.
+    fn apply_to_sled(&mut self, record: &Record) {
+        self.sled.apply(record);
+        self.unflushed.push(record.clone());
+    }
+
+    /// Releases the claims and hands out the answers of a durable group.
     fn publish(&mut self, answers: Vec<Pending>) -> Vec<(Ticket, Answer)> {
         let mut out = Vec::with_capacity(answers.len());
         for p in answers {
@@ -690,20 +811,20 @@ impl SimStore {
     }
 
     /// `Store::sweep` on sled: marks expired the keys whose facts are older than the retention,
-    /// in its own batch, durable with the next flush.
+    /// in a group of its own, durable once the syncer has passed it.
     pub fn sweep(&mut self, now: Timestamp) -> usize {
         if !self.up {
             return 0;
         }
         let horizon = now.saturating_sub_ms(self.config.retention_ms);
-        let mut stats = self.tree.stats.clone();
+        let mut stats = self.view.stats.clone();
         let mut cursor = stats.sweep_cursor;
         let mut writes = Vec::new();
         let mut expired = 0;
         // sled reads an inverted range as empty; BTreeMap would panic on it.
         let range = (cursor < stats.last_seq).then_some(cursor + 1..=stats.last_seq);
         for (seq, fact) in range
-            .map(|r| self.tree.facts.range(r))
+            .map(|r| self.view.facts.range(r))
             .into_iter()
             .flatten()
             .take(10_000)
@@ -714,7 +835,7 @@ impl SimStore {
                 break;
             }
             let ck = (fact.client.clone(), fact.key.clone());
-            if let Some(rec) = self.tree.keys.get(&ck)
+            if let Some(rec) = self.view.keys.get(&ck)
                 && !rec.expired
             {
                 if self.mutation == Mutation::SweepForgetsKey {
@@ -731,31 +852,142 @@ impl SimStore {
         }
         stats.sweep_cursor = cursor;
         writes.push(Write::Stats(stats));
-        self.apply(Batch {
-            writes,
-            answers: Vec::new(),
-        });
+        self.seal(writes, Vec::new());
         expired
     }
 
-    /// The process dies: only what was flushed stays.
-    pub fn crash(&mut self) {
-        self.up = false;
-        if let Some(before) = self.before_last_flush.take() {
-            self.durable = before;
-            self.durable_version += 1;
+    /// A checkpoint: takes the last group applied to sled, flushes sled (its disk now holds
+    /// at least that group), then deletes the journal's segments whose groups are all at
+    /// or below it, never the one appended to; or dies at `crash`. Returns the group and
+    /// how many journal records went with the deleted segments.
+    pub fn checkpoint(&mut self, crash: Option<Point>) -> (u64, usize) {
+        if !self.up {
+            return (0, 0);
         }
-        self.tree = self.durable.clone();
-        self.tree_version += 1;
-        self.applied.clear();
+        let group = self.sled.group;
+        if self.mutation != Mutation::CheckpointDeletesNeeded {
+            self.sled_disk = self.sled.clone();
+            self.unflushed.clear();
+        }
+        if crash == Some(Point::CheckpointBeforeDelete) {
+            self.crash_in(None);
+            return (group, 0);
+        }
+        let k = self.config.segment_groups.max(1);
+        let segment = |n: u64| (n - 1) / k;
+        let mut deleted = 0;
+        if let Some(current) = self.journal.back().map(|r| segment(r.number)) {
+            while let Some(first) = self.journal.front().map(|r| segment(r.number))
+                && first < current
+                && (first + 1) * k <= group
+            {
+                self.journal.pop_front();
+                deleted += 1;
+            }
+        }
+        if crash == Some(Point::CheckpointAfterDelete) {
+            self.crash_in(None);
+        }
+        (group, deleted)
+    }
+
+    /// The process dies between two commits.
+    pub fn crash(&mut self) {
+        self.crash_in(None);
+    }
+
+    /// The process dies, `written` (if any) written to the journal and not synced. What
+    /// each file keeps is chosen here, independently: the unsynced record whole, torn or
+    /// lost; sled's disk at some group from its last flush to the last applied to memory.
+    /// Memory is lost: sled's, the overlay, the queue, the claims, the answer cache.
+    fn crash_in(&mut self, written: Option<Record>) {
+        self.up = false;
+        let mut fate = Vec::new();
+        if let Some(record) = written {
+            let number = record.number;
+            match self.rng.below(3) {
+                0 => {
+                    fate.push(format!("the journal kept unsynced group {number} whole"));
+                    self.journal_synced(record);
+                }
+                1 => fate.push(format!(
+                    "the journal's unsynced group {number} was torn (cut off at recovery)"
+                )),
+                _ => fate.push(format!("the journal lost unsynced group {number}")),
+            }
+        }
+        if self.mutation == Mutation::LoseSyncedGroup
+            && let Some(lost) = self.journal.pop_back()
+        {
+            fate.push(format!("the journal lost SYNCED group {}", lost.number));
+        }
+        // sled writes its buffers when they fill: its disk may be anywhere from the last
+        // flush to its memory. The two ends get a third of the crashes each.
+        let low = self.sled_disk.group;
+        let high = self.sled.group;
+        let kept = match self.rng.below(3) {
+            0 => low,
+            1 => high,
+            _ => self.rng.range(low, high),
+        };
+        for record in self.unflushed.drain(..) {
+            if record.number <= kept {
+                self.sled_disk.apply(&record);
+            }
+        }
+        fate.push(format!(
+            "sled's disk holds groups up to {} (flushed up to {low}, applied up to {high})",
+            self.sled_disk.group
+        ));
+        self.fate = fate.join("; ");
+        self.sled = self.durable.clone();
+        self.view = self.durable.clone();
+        self.view_version += 1;
+        self.sealed.clear();
         self.queue.clear();
         self.claims.clear();
         self.answers.clear();
     }
 
-    /// `SledStore::open`: refuses to start on a log tail and projections that disagree.
+    /// `SledStore::open`: sled's disk, then every journal group after the group it records;
+    /// refuses a journal that does not continue sled, and a log tail and projections that
+    /// disagree. The checker refuses a ledger that opens to anything but the journal's
+    /// durable end.
     pub fn restart(&mut self) -> Result<(), String> {
-        let d = &self.durable;
+        let g = self.sled_disk.group;
+        if let Some(first) = self.journal.front().map(|r| r.number)
+            && first > g + 1
+        {
+            return Err(format!(
+                "open refused: sled holds groups up to {g}, but the journal begins at group \
+                 {first}: groups {} to {} are missing",
+                g + 1,
+                first - 1
+            ));
+        }
+        let last = self.journal.back().map_or(g, |r| r.number);
+        if last < g {
+            return Err(format!(
+                "open refused: sled holds groups up to {g}, but the journal ends at group {last}"
+            ));
+        }
+        let mut recovered = self.sled_disk.clone();
+        for record in self.journal.iter().filter(|r| r.number > g) {
+            recovered.apply(record);
+            self.unflushed.push(record.clone());
+        }
+        if recovered != self.durable {
+            return Err(format!(
+                "after the crash the ledger opened to group {} with {} facts, not to the \
+                 journal's durable end, group {} with {} facts{}",
+                recovered.group,
+                recovered.facts.len(),
+                self.durable.group,
+                self.durable.facts.len(),
+                differs(&recovered, &self.durable)
+            ));
+        }
+        let d = &recovered;
         let tail = d.facts.keys().next_back().copied().unwrap_or(0);
         if tail != d.stats.last_seq {
             return Err(format!(
@@ -786,7 +1018,30 @@ impl SimStore {
                 return Err(format!("open refused: balances in {currency} sum to {sum}"));
             }
         }
+        self.next_group = last + 1;
+        self.sled = recovered.clone();
+        self.view = recovered;
+        self.view_version += 1;
         self.up = true;
         Ok(())
+    }
+}
+
+/// Which records of two states differ, for a refusal's message.
+fn differs(a: &Data, b: &Data) -> String {
+    let parts = [
+        ("facts", a.facts != b.facts),
+        ("key records", a.keys != b.keys),
+        ("balances", a.balances != b.balances),
+        ("refunded totals", a.refunded != b.refunded),
+        ("inbox", a.inbox != b.inbox),
+        ("quarantine", a.quarantined != b.quarantined),
+        ("stats", a.stats != b.stats),
+    ];
+    let names: Vec<&str> = parts.iter().filter(|p| p.1).map(|p| p.0).collect();
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!(" ({} differ)", names.join(", "))
     }
 }

@@ -122,6 +122,7 @@ enum Act {
     Redeliver,
     Decide,
     Sync,
+    Checkpoint,
     Crash,
     Restart,
     Clock,
@@ -130,7 +131,7 @@ enum Act {
     Rogue,
 }
 
-const ACTS: [Act; 14] = [
+const ACTS: [Act; 15] = [
     Act::Start,
     Act::Retry,
     Act::Deliver,
@@ -139,6 +140,7 @@ const ACTS: [Act; 14] = [
     Act::Redeliver,
     Act::Decide,
     Act::Sync,
+    Act::Checkpoint,
     Act::Crash,
     Act::Restart,
     Act::Clock,
@@ -171,7 +173,7 @@ pub struct World {
     batch_max: usize,
     main_steps: usize,
     step: usize,
-    /// A crash point waiting for the next batch to pass it.
+    /// A crash point waiting for the next group or checkpoint to pass it.
     armed: Option<Point>,
     rogues: usize,
     /// In the last phase every replay must be answered with the outcome.
@@ -210,6 +212,9 @@ impl World {
             duplicate: u32::try_from(rng.below(4)).unwrap_or(0),
         };
         let main_steps = usize::try_from(rng.range(40, 180)).unwrap_or(40);
+        let segment_groups = rng.range(1, 4);
+        // What each file keeps at a crash is the store's own stream, seeded from this one.
+        let disk = Rng::new(rng.next_u64());
         let intents = generate(&mut rng);
         let specs = intents
             .iter()
@@ -224,8 +229,10 @@ impl World {
                 batch_max,
                 lease_ms: LEASE_MS,
                 retention_ms: RETENTION_MS,
+                segment_groups,
             },
             options.mutation,
+            disk,
         );
         let report = Report {
             seed,
@@ -274,6 +281,10 @@ impl World {
         if self.report.violation.is_none() {
             self.note(|| "-- expiry phase: past the retention, swept, every key replayed".into());
             self.expire_and_replay();
+        }
+        if self.report.violation.is_none() {
+            self.note(|| "-- last crash: the ledger must open to the journal's durable end".into());
+            self.last_crash();
         }
         self.report.steps = self.step;
         self.report.facts = self.store.durable().facts.len();
@@ -346,16 +357,17 @@ impl World {
         if self.report.violation.is_some() {
             return;
         }
-        let versions = (self.store.durable_version, self.store.tree_version);
+        let versions = (self.store.durable_version, self.store.view_version);
         if versions.0 != self.checked.0
             && let Err(e) = self.model.check(self.store.durable(), true)
         {
             return self.fail(e);
         }
-        // With nothing unflushed the tree holds what the disk holds, checked just above.
+        // With no group sealed and not synced the view is the journal's durable end,
+        // checked just above.
         if versions.1 != self.checked.1
-            && self.store.unflushed() > 0
-            && let Err(e) = self.model.check(self.store.tree(), false)
+            && self.store.unsynced() > 0
+            && let Err(e) = self.model.check(self.store.view(), false)
         {
             return self.fail(e);
         }
@@ -389,7 +401,8 @@ impl World {
             Act::Drop => on(net, 2 * self.faults.drop),
             Act::Redeliver => on(up && unacked, 8),
             Act::Decide => on(up && self.store.queued() > 0, 10),
-            Act::Sync => on(up && self.store.unflushed() > 0, 10),
+            Act::Sync => on(up && self.store.unsynced() > 0, 10),
+            Act::Checkpoint => on(up && self.store.checkpoint_due(), 4),
             Act::Crash => on(up && self.armed.is_none(), self.faults.crash),
             Act::Restart => on(!up, 20),
             Act::Clock => 3,
@@ -409,7 +422,7 @@ impl World {
         let act = ACTS[i];
         self.report.digest = fnv(
             fnv(self.report.digest, u64::try_from(i).unwrap_or(0)),
-            self.store.tree().stats.last_seq,
+            self.store.view().stats.last_seq,
         );
         match act {
             Act::Start => {
@@ -451,13 +464,9 @@ impl World {
             }
             Act::Decide => self.decide(),
             Act::Sync => self.sync(),
+            Act::Checkpoint => self.checkpoint(),
             Act::Crash => self.crash(),
-            Act::Restart => {
-                self.note(|| "worker restarts".into());
-                if let Err(e) = self.store.restart() {
-                    self.fail(e);
-                }
-            }
+            Act::Restart => self.restart(),
             Act::Clock => self.move_clock(),
             Act::Sweep => {
                 let expired = self.store.sweep(self.ts());
@@ -554,8 +563,8 @@ impl World {
         self.set_clock(self.now + delta);
     }
 
-    /// Arms a named crash point, which fires at the next batch that passes it (as the
-    /// real failpoints do), or kills the process between two commits right away.
+    /// Arms a named crash point, which fires at the next group or checkpoint that passes it
+    /// (as the real failpoints do), or kills the process between two commits right away.
     fn crash(&mut self) {
         if self.rng.chance(200) {
             self.note(|| "CRASH between commits".into());
@@ -569,7 +578,7 @@ impl World {
     }
 
     /// Takes the armed point if it is one of `points`.
-    fn fire(&mut self, points: [Point; 2]) -> Option<Point> {
+    fn fire(&mut self, points: &[Point]) -> Option<Point> {
         let point = self.armed.filter(|p| points.contains(p))?;
         self.armed = None;
         if let Some(n) = Point::ALL.iter().position(|p| *p == point) {
@@ -581,17 +590,18 @@ impl World {
 
     fn decide(&mut self) {
         self.note(|| format!("decider takes {} queued", self.store.queued()));
-        let crash = self.fire([Point::BeforeApply, Point::AfterApply]);
-        let answers = self.decider_turn(crash);
+        let answers = self.decider_turn();
         self.route(answers);
-        if crash.is_some() {
-            self.died();
-        }
     }
 
     fn sync(&mut self) {
-        self.note(|| format!("syncer flushes {} batches", self.store.unflushed()));
-        let crash = self.fire([Point::BeforeFlush, Point::AfterFlush]);
+        self.note(|| {
+            format!(
+                "syncer writes, syncs and applies {} groups",
+                self.store.unsynced()
+            )
+        });
+        let crash = self.fire(&Point::SYNC);
         let answers = self.store.sync(crash);
         self.route(answers);
         if crash.is_some() {
@@ -599,10 +609,39 @@ impl World {
         }
     }
 
+    fn checkpoint(&mut self) {
+        let crash = self.fire(&Point::CHECKPOINT);
+        let (group, deleted) = self.store.checkpoint(crash);
+        self.report.checkpoints += 1;
+        self.report.records_deleted += deleted;
+        self.note(|| {
+            format!("checkpoint: sled flushed at group {group}, {deleted} journal records deleted")
+        });
+        if crash.is_some() {
+            self.died();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.note(|| "worker restarts".into());
+        if let Err(e) = self.store.restart() {
+            self.fail(e);
+        }
+    }
+
+    /// The end of a run: one more crash between commits, whatever each file keeps, and the
+    /// ledger must open to the journal's durable end (checked by the restart).
+    fn last_crash(&mut self) {
+        self.step += 1;
+        self.store.crash();
+        self.note(|| format!("CRASH after the run: {}", self.store.fate()));
+        self.restart();
+    }
+
     /// One turn of the store's decider, and the model's check of what it decided against
     /// the keys that were claimed when it began (a claim lives exactly while its request
     /// waits for an answer: from being queued to its answer, or to a crash).
-    fn decider_turn(&mut self, crash: Option<Point>) -> Vec<(Ticket, Answer)> {
+    fn decider_turn(&mut self) -> Vec<(Ticket, Answer)> {
         let claimed: BTreeSet<Ck> = self
             .tickets
             .values()
@@ -612,15 +651,16 @@ impl World {
             })
             .map(|intent| self.intents[intent].ck.clone())
             .collect();
-        let after = self.store.tree().stats.last_seq;
-        let answers = self.store.decide(self.ts(), crash);
-        if let Err(e) = self.model.check_decided(self.store.tree(), after, &claimed) {
+        let after = self.store.view().stats.last_seq;
+        let answers = self.store.decide(self.ts());
+        if let Err(e) = self.model.check_decided(self.store.view(), after, &claimed) {
             self.fail(e);
         }
         answers
     }
 
     fn died(&mut self) {
+        self.note(|| format!("after the crash: {}", self.store.fate()));
         self.report.crashes += 1;
         // Whoever waited on the dead process hears nothing.
         self.tickets.clear();
@@ -706,7 +746,7 @@ impl World {
         }
     }
 
-    /// Answers of a durable batch go back to whoever is still waiting.
+    /// Answers of a durable group go back to whoever is still waiting.
     fn route(&mut self, answers: Vec<(Ticket, Answer)>) {
         for (ticket, answer) in answers {
             match self.tickets.remove(&ticket) {
@@ -858,7 +898,7 @@ impl World {
             && self.messages.iter().all(|m| m.acked)
             && self.net.is_empty()
             && self.store.queued() == 0
-            && self.store.unflushed() == 0
+            && self.store.unsynced() == 0
     }
 
     /// No more faults: every intent is started, every unresolved intent retried with its
@@ -867,9 +907,9 @@ impl World {
         self.armed = None;
         if !self.store.is_up() {
             self.step += 1;
-            self.note(|| "worker restarts".into());
-            if let Err(e) = self.store.restart() {
-                return self.fail(e);
+            self.restart();
+            if self.report.violation.is_some() {
+                return;
             }
         }
         for n in 0..self.intents.len() {
@@ -886,11 +926,14 @@ impl World {
                 }
             }
             while self.store.queued() > 0 {
-                let answers = self.decider_turn(None);
+                let answers = self.decider_turn();
                 self.route(answers);
             }
             let answers = self.store.sync(None);
             self.route(answers);
+            if self.store.checkpoint_due() {
+                self.checkpoint();
+            }
             self.drain_network();
             self.check();
             if self.report.violation.is_some() || self.quiet() {
@@ -968,7 +1011,7 @@ impl World {
         }
         self.drain_network();
         while self.store.queued() > 0 {
-            let answers = self.decider_turn(None);
+            let answers = self.decider_turn();
             self.route(answers);
         }
         let answers = self.store.sync(None);
