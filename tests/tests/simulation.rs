@@ -72,7 +72,8 @@ fn simulation() {
     let _ = writeln!(
         err,
         "simulation: {} seeds ({first}..{}), {} steps, {} intents, {} facts, {} crashes \
-         (at {}: {}), {} checkpoints ({} journal records deleted), {} answers ({} replays), {} deliveries, {} in flight, {} reused keys refused, \
+         (at {}: {}), {} unsynced journal records kept whole, {} journal groups replayed, \
+         {} checkpoints ({} journal records deleted), {} answers ({} replays), {} deliveries, {} in flight, {} reused keys refused, \
          {} reused message ids quarantined, {} packets lost, {} duplicated, {} keys expired, \
          {} clock steps back, {} violations, {:.1}s on {threads} threads",
         reports.len(),
@@ -90,6 +91,8 @@ fn simulation() {
                 .to_string())
             .collect::<Vec<_>>()
             .join(", "),
+        total(|r| r.unsynced_kept),
+        total(|r| r.replayed),
         total(|r| r.checkpoints),
         total(|r| r.records_deleted),
         total(|r| r.answers),
@@ -136,6 +139,11 @@ fn the_runs_exercise_every_fault() {
         ("crashes", total(|r| r.crashes)),
         ("checkpoints", total(|r| r.checkpoints)),
         ("journal records deleted", total(|r| r.records_deleted)),
+        (
+            "unsynced journal records kept whole",
+            total(|r| r.unsynced_kept),
+        ),
+        ("journal groups replayed", total(|r| r.replayed)),
         ("replays", total(|r| r.replays)),
         ("in-flight answers", total(|r| r.in_flight)),
         ("reused keys refused", total(|r| r.reused_refused)),

@@ -128,6 +128,10 @@ pub struct Report {
     /// Checkpoints taken, and journal records deleted with their segments.
     pub checkpoints: usize,
     pub records_deleted: usize,
+    /// Crashes that left the journal's unsynced record whole (it is replayed, unanswered).
+    pub unsynced_kept: usize,
+    /// Journal groups replayed into sled by recoveries, sled's disk being behind them.
+    pub replayed: usize,
     pub answers: usize,
     pub replays: usize,
     pub deliveries: usize,

@@ -35,7 +35,9 @@
 //! durable end is refused by the checker: `durable` is that end, the fold of every group
 //! the journal holds durably, and it is what the reference model checks after every step
 //! (every acknowledged outcome must be in it). `sled` is sled's memory and `view` the
-//! decider's; a crash loses both, and the queue, the claims and the answer cache.
+//! decider's; a crash loses both, and the queue, the claims and the answer cache. A
+//! submission answered at once (a replay, a conflict) reads sled's memory, which holds
+//! only groups durable in the journal; the decider reads its view.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
@@ -298,6 +300,10 @@ pub struct SimStore {
     next_token: u64,
     /// What the files kept at the last crash, for the trace.
     fate: String,
+    /// Unsynced journal records a crash left whole, and groups replayed by recoveries: the
+    /// proof that the runs reach the cases where the two files differ.
+    pub kept_whole: usize,
+    pub replayed: usize,
     /// Bumped on every change of `durable` / `view`, so the checker re-reads only changes.
     pub durable_version: u64,
     pub view_version: u64,
@@ -323,6 +329,8 @@ impl SimStore {
             answers: HashMap::new(),
             next_token: 1,
             fate: String::new(),
+            kept_whole: 0,
+            replayed: 0,
             durable_version: 0,
             view_version: 0,
         }
@@ -908,6 +916,7 @@ impl SimStore {
             match self.rng.below(3) {
                 0 => {
                     fate.push(format!("the journal kept unsynced group {number} whole"));
+                    self.kept_whole += 1;
                     self.journal_synced(record);
                 }
                 1 => fate.push(format!(
@@ -975,6 +984,7 @@ impl SimStore {
         for record in self.journal.iter().filter(|r| r.number > g) {
             recovered.apply(record);
             self.unflushed.push(record.clone());
+            self.replayed += 1;
         }
         if recovered != self.durable {
             return Err(format!(

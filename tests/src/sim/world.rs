@@ -287,6 +287,8 @@ impl World {
             self.last_crash();
         }
         self.report.steps = self.step;
+        self.report.unsynced_kept = self.store.kept_whole;
+        self.report.replayed = self.store.replayed;
         self.report.facts = self.store.durable().facts.len();
         self.report
     }
