@@ -358,13 +358,23 @@ impl SimStore {
         self.claims.len()
     }
     /// Whether a checkpoint has anything to do: groups applied since the last flush, or
-    /// journal records at or below it.
+    /// journal segments it may delete.
     pub fn checkpoint_due(&self) -> bool {
-        self.sled.group > self.sled_disk.group
-            || self
-                .journal
-                .front()
-                .is_some_and(|r| r.number <= self.sled_disk.group)
+        self.sled.group > self.sled_disk.group || self.deletable(self.sled_disk.group) > 0
+    }
+
+    /// How many journal records, from the oldest, lie in segments whose groups are all at
+    /// or below `group` and that are not the segment appended to.
+    fn deletable(&self, group: u64) -> usize {
+        let k = self.config.segment_groups.max(1);
+        let segment = |n: u64| (n - 1) / k;
+        let Some(current) = self.journal.back().map(|r| segment(r.number)) else {
+            return 0;
+        };
+        self.journal
+            .iter()
+            .take_while(|r| segment(r.number) < current && (segment(r.number) + 1) * k <= group)
+            .count()
     }
     /// What the two files kept at the last crash.
     pub fn fate(&self) -> &str {
@@ -881,18 +891,8 @@ impl SimStore {
             self.crash_in(None);
             return (group, 0);
         }
-        let k = self.config.segment_groups.max(1);
-        let segment = |n: u64| (n - 1) / k;
-        let mut deleted = 0;
-        if let Some(current) = self.journal.back().map(|r| segment(r.number)) {
-            while let Some(first) = self.journal.front().map(|r| segment(r.number))
-                && first < current
-                && (first + 1) * k <= group
-            {
-                self.journal.pop_front();
-                deleted += 1;
-            }
-        }
+        let deleted = self.deletable(group);
+        self.journal.drain(..deleted);
         if crash == Some(Point::CheckpointAfterDelete) {
             self.crash_in(None);
         }
