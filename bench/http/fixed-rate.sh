@@ -11,7 +11,8 @@
 # request's scheduled send, from the actual send, and the send's lag), the worker's CPU
 # (cores) and its context switches per second by thread group, read from /proc.
 #
-# Environment: MODE (new-key; or replay), BIN (a folder with both binaries: compare two
+# Environment: MODE (new-key; replay; or both: replays, then new keys, at the same rate,
+# with their ratios), BIN (a folder with both binaries: compare two
 # builds side by side without rebuilding), CARGO_TARGET_DIR, and anything the worker
 # reads (e.g. TOKIO_WORKER_THREADS).
 set -euo pipefail
@@ -37,8 +38,6 @@ start_worker "$BIN" "$TMP"
 
 LOAD=("$BIN/idem-bench" load --addr "$ADDR")
 "${LOAD[@]}" seed >/dev/null
-"${LOAD[@]}" run --mode "$MODE" --duration 3 --rate "$RATE" --tag warm >/dev/null
-
 cpu() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$WORKER_PID/stat"; }
 # voluntary and involuntary switches per thread group (sled-io-0..6 count as sled-io)
 switches() {
@@ -47,18 +46,39 @@ switches() {
         awk '/^voluntary_ctxt/ { v = $2 } /^nonvoluntary_ctxt/ { n = $2 } END { print v, n }' "$t/status"
     done | awk '{ g = $1; sub(/-[0-9]+$/, "", g); v[g] += $2; n[g] += $3 } END { for (g in v) print g, v[g], n[g] }' | sort
 }
-switches >"$TMP/sw0"; cpu0=$(cpu)
-out=$("${LOAD[@]}" run --mode "$MODE" --duration "$DURATION" --rate "$RATE" --tag measured)
-cpu1=$(cpu); switches >"$TMP/sw1"
-
-get() { printf '%s\n' "$out" | sed -n "s/^$1=//p"; }
 ms() { awk -v u="$1" 'BEGIN { printf "%.2f", u / 1000 }'; }
-echo "$MODE at $RATE/s for ${DURATION}s: $(get rps) req/s, non-201 $(get non201), errors $(get errors)"
-echo "latency from the schedule: p50 $(ms "$(get p50_us)") ms, p99 $(ms "$(get p99_us)") ms, max $(ms "$(get max_us)") ms"
-echo "latency from the send: p99 $(ms "$(get p99_from_send_us)") ms; send lag p99 $(ms "$(get p99_send_lag_us)") ms"
-echo "worker CPU: $(awk -v t=$((cpu1 - cpu0)) -v d="$DURATION" 'BEGIN { printf "%.2f", t / 100 / d }') cores (clock ticks are 1/100 s)"
-echo "worker context switches per second, by thread group:"
-join "$TMP/sw0" "$TMP/sw1" | awk -v d="$DURATION" '
-    { v = ($4 - $2) / d; n = ($5 - $3) / d; tv += v; tn += n
-      printf "  %-18s voluntary %8.0f  involuntary %7.0f\n", $1, v, n }
-    END { printf "  %-18s voluntary %8.0f  involuntary %7.0f\n", "all", tv, tn }'
+
+# measure MODE: warms for 3 s, measures for DURATION, prints the figures, and leaves the
+# p99 from the send (µs) in P99_SEND and the worker's CPU (cores) in CORES.
+measure() {
+    local mode=$1 out cpu0 cpu1
+    "${LOAD[@]}" run --mode "$mode" --duration 3 --rate "$RATE" --tag warm >/dev/null
+    switches >"$TMP/sw0"; cpu0=$(cpu)
+    out=$("${LOAD[@]}" run --mode "$mode" --duration "$DURATION" --rate "$RATE" --tag measured)
+    cpu1=$(cpu); switches >"$TMP/sw1"
+    get() { printf '%s\n' "$out" | sed -n "s/^$1=//p"; }
+    P99_SEND=$(get p99_from_send_us)
+    CORES=$(awk -v t=$((cpu1 - cpu0)) -v d="$DURATION" 'BEGIN { printf "%.2f", t / 100 / d }')
+    echo "$mode at $RATE/s for ${DURATION}s: $(get rps) req/s, non-201 $(get non201), errors $(get errors)"
+    echo "latency from the schedule: p50 $(ms "$(get p50_us)") ms, p99 $(ms "$(get p99_us)") ms, max $(ms "$(get max_us)") ms"
+    echo "latency from the send: p99 $(ms "$P99_SEND") ms; send lag p99 $(ms "$(get p99_send_lag_us)") ms"
+    echo "worker CPU: $CORES cores (clock ticks are 1/100 s)"
+    echo "worker context switches per second, by thread group:"
+    join "$TMP/sw0" "$TMP/sw1" | awk -v d="$DURATION" '
+        { v = ($4 - $2) / d; n = ($5 - $3) / d; tv += v; tn += n
+          printf "  %-18s voluntary %8.0f  involuntary %7.0f\n", $1, v, n }
+        END { printf "  %-18s voluntary %8.0f  involuntary %7.0f\n", "all", tv, tn }'
+}
+
+if [[ "$MODE" == both ]]; then
+    # Replays and new keys at the same rate on the same worker, back to back: what a new
+    # key costs beyond answering (the commit path), as ratios.
+    measure replay
+    replay_p99=$P99_SEND replay_cores=$CORES
+    measure new-key
+    awk -v n="$P99_SEND" -v r="$replay_p99" -v nc="$CORES" -v rc="$replay_cores" 'BEGIN {
+        printf "ratios new key / replay at the same rate: p99 from the send %.1fx, worker CPU %.1fx\n",
+            n / (r > 0 ? r : 1), nc / (rc > 0 ? rc : 0.01) }'
+else
+    measure "$MODE"
+fi

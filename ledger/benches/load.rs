@@ -1,8 +1,12 @@
 //! `cargo bench -p ledger --bench load`: durable throughput and latency percentiles with
-//! 1, 8 and 64 concurrent submitters, for new keys and for replays; then the cost of a
-//! ledger of many facts: bytes on disk per fact and the time to open it.
+//! 1, 8 and 64 concurrent submitters, for new keys and for replays, beside the disk's own
+//! limit measured in the same run (a bare loop of 4 KiB `pwrite` + `fdatasync` on the same
+//! file system), with their ratios; then the cost of a ledger of many facts: bytes on disk
+//! per fact, the time to open it after a clean shutdown and after a `kill -9` (with the
+//! journal's replay), and verify's speed.
 //! IDEM_BENCH_SECS (default 3) sets each run's length, IDEM_BENCH_FACTS (1,000,000) the
-//! size of the large ledger.
+//! size of the large ledger, IDEM_BENCH_JOURNAL_SYNC=dsync writes the journal with
+//! `O_DSYNC` instead of `fdatasync`.
 // A measuring tool: lossy casts of counts and durations to print them are fine here.
 #![allow(
     clippy::unwrap_used,
@@ -204,14 +208,106 @@ fn run_async(
     }
 }
 
+/// The disk's own limit: one thread writing 4 KiB at the end of a preallocated file and
+/// syncing it, for `secs`. What one journal append costs at the least.
+fn bare_sync(dir: &std::path::Path, secs: u64) -> Run {
+    use std::io::Write as _;
+    use std::os::unix::fs::FileExt as _;
+    let path = dir.join("bare-sync");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    // Preallocated with written zeros, as the journal's segments are.
+    let size: u64 = 256 << 20;
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..(size >> 20) {
+        file.write_all(&zeros).unwrap();
+    }
+    file.sync_all().unwrap();
+    let page = vec![0x5au8; 4096];
+    let mut lat = Vec::with_capacity(1 << 16);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(secs);
+    let mut at = 0u64;
+    while Instant::now() < deadline {
+        let t0 = Instant::now();
+        file.write_all_at(&page, at).unwrap();
+        file.sync_data().unwrap();
+        lat.push(t0.elapsed().as_micros() as u64);
+        at = (at + 4096) % size;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+    lat.sort_unstable();
+    Run {
+        ops: lat.len() as u64,
+        secs,
+        p50_us: percentile(&lat, 0.50),
+        p99_us: percentile(&lat, 0.99),
+        max_us: lat.last().copied().unwrap_or(0),
+    }
+}
+
+fn bench_config(path: &std::path::Path) -> SledConfig {
+    let mut config = SledConfig::new(path);
+    config.fsync = env("IDEM_BENCH_FSYNC", 1) == 1;
+    if std::env::var("IDEM_BENCH_JOURNAL_SYNC").is_ok_and(|v| v == "dsync") {
+        config.journal.sync = ledger::store::sled::journal::SyncMode::Dsync;
+    }
+    config
+}
+
+/// The child of the crash-reopen measurement: fills the ledger at `path` with new keys
+/// from 64 threads until it is killed.
+fn crash_child(path: &str) {
+    let (ledger, _) = SledStore::open(bench_config(std::path::Path::new(path))).unwrap();
+    let accounts: Vec<Account> = (0..1000)
+        .map(|i| Account::parse(&format!("acct{i}")).unwrap())
+        .collect();
+    let next = Arc::new(AtomicU64::new(0));
+    println!("ready");
+    let _writers: Vec<_> = (0..64)
+        .map(|_| {
+            let (ledger, next, accounts) = (ledger.clone(), next.clone(), accounts.clone());
+            std::thread::spawn(move || {
+                let client = ClientId::default_client();
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let key = Key::parse(&format!("crash-{n:08}")).unwrap();
+                    ledger
+                        .blocking()
+                        .submit(
+                            &client,
+                            &key,
+                            withdraw(&accounts[(n as usize) % accounts.len()]),
+                        )
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    // The writers run until the parent kills the process.
+    loop {
+        std::thread::park();
+    }
+}
+
 fn main() {
+    if let Ok(path) = std::env::var("IDEM_BENCH_CRASH_CHILD") {
+        crash_child(&path);
+        return;
+    }
     // `cargo bench` passes --bench; `cargo test --benches` does not: then do a tiny run.
     let quick = !std::env::args().any(|a| a == "--bench");
     let secs = if quick { 1 } else { env("IDEM_BENCH_SECS", 3) };
     let dir = tempfile::tempdir().unwrap();
-    let mut config = SledConfig::new(dir.path().join("l"));
-    config.fsync = env("IDEM_BENCH_FSYNC", 1) == 1;
-    let (ledger, _) = SledStore::open(config).unwrap();
+    let bare = bare_sync(dir.path(), secs);
+    let (ledger, _) = SledStore::open(bench_config(&dir.path().join("l"))).unwrap();
     let accounts = seed_accounts(&ledger, 100);
     let client = ClientId::default_client();
     for n in 0..10_000u64 {
@@ -235,6 +331,15 @@ fn main() {
     );
     println!("| kind | submitters are | submitters | commands/s | p50 µs | p99 µs | max µs |");
     println!("|---|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| bare 4 KiB pwrite + fdatasync | one thread | 1 | {:.0} | {} | {} | {} |",
+        bare.ops as f64 / bare.secs,
+        bare.p50_us,
+        bare.p99_us,
+        bare.max_us
+    );
+    let mut new_one = 0.0;
+    let mut new_eight_p99 = 0u64;
     // IDEM_BENCH_ONLY=new:async:64 runs one row (for profiling).
     let only = std::env::var("IDEM_BENCH_ONLY").ok();
     for replay in [false, true] {
@@ -271,6 +376,12 @@ fn main() {
             } else {
                 run(&ledger, &accounts, submitters, replay, secs)
             };
+            if !replay && mode == "threads" && submitters == 1 {
+                new_one = r.ops as f64 / r.secs;
+            }
+            if !replay && mode == "threads" && submitters == 8 {
+                new_eight_p99 = r.p99_us;
+            }
             println!(
                 "| {} | {mode} | {submitters} | {:.0} | {} | {} | {} |",
                 if replay { "replay" } else { "new key" },
@@ -289,6 +400,14 @@ fn main() {
         m.commands as f64 / m.batches.max(1) as f64,
         m.batch_size_max
     );
+    if only.is_none() {
+        println!(
+            "ratios: one submitter's new keys/s to bare syncs/s {:.2}; p99 at 8 submitters \
+             to a bare sync's p99 {:.1}x",
+            new_one / (bare.ops as f64 / bare.secs),
+            new_eight_p99 as f64 / bare.p99_us.max(1) as f64
+        );
+    }
     ledger.blocking().shutdown();
     drop(ledger);
 
@@ -352,6 +471,35 @@ fn main() {
     }
     opens.sort_unstable();
     println!("open {n} facts: median {} ms (runs {:?})", opens[1], opens);
+
+    // After a kill -9: a child process writes new keys into the same ledger with 64
+    // threads and is killed mid-write; the open then replays what sled did not hold.
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .env("IDEM_BENCH_CRASH_CHILD", &path)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead as _;
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+    }
+    std::thread::sleep(Duration::from_millis(if quick { 500 } else { 3000 }));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = Instant::now();
+    let (l, report) = SledStore::open(SledConfig::new(&path)).unwrap();
+    let crash_open = t.elapsed();
+    println!(
+        "open after kill -9 mid-write: {} ms, {} groups replayed from the journal, {} facts",
+        crash_open.as_millis(),
+        report.replayed_groups,
+        report.facts
+    );
+    drop(l);
 
     // Verify while commits go on: its speed, and how long a commit waits meanwhile,
     // beside the same prober with no verify running, in the same run.

@@ -173,7 +173,7 @@ impl Metrics {
         let mut text = Exposition(String::with_capacity(4096));
         write_commands(&mut text, stats, ledger);
         self.write_http(&mut text);
-        write_commits(&mut text, &ledger.commit_metrics());
+        write_commits(&mut text, &ledger.commit_metrics(), ledger.kind());
         text.metric(
             "idem_up",
             "1 while the ledger accepts writes, 0 after a storage failure.",
@@ -323,7 +323,7 @@ fn write_commands(text: &mut Exposition, stats: &Stats, ledger: &dyn Store) {
 }
 
 /// The committer: latency histogram and batches.
-fn write_commits(text: &mut Exposition, commit: &CommitMetrics) {
+fn write_commits(text: &mut Exposition, commit: &CommitMetrics, kind: &str) {
     // The ledger's buckets are cumulative-free counts in microseconds; Prometheus
     // wants cumulative counts with upper bounds in seconds.
     let mut rows = Vec::new();
@@ -350,7 +350,8 @@ fn write_commits(text: &mut Exposition, commit: &CommitMetrics) {
     );
     text.metric(
         "idem_commit_batches_total",
-        "Durable batches written (one write and one flush each).",
+        "Durable batches written (on sled one journal write and sync each, on PostgreSQL \
+         one commit).",
         "counter",
         one(commit.batches),
     );
@@ -362,11 +363,31 @@ fn write_commits(text: &mut Exposition, commit: &CommitMetrics) {
     );
     text.metric(
         "idem_commit_applies_total",
-        "Writes of staged commands into the store's memory (sled's apply_batch); \
-         at most one per durable batch while the decider keeps up.",
+        "Groups of staged commands written (on sled one journal record and one \
+         apply_batch each); at most one per durable batch while the decider keeps up.",
         "counter",
         one(commit.applies),
     );
+    if kind == "sled" {
+        text.metric(
+            "idem_journal_bytes",
+            "The sled store's journal: its segment files' size, preallocated space included.",
+            "gauge",
+            one(commit.journal_bytes),
+        );
+        text.metric(
+            "idem_journal_segments",
+            "The sled store's journal: segment files.",
+            "gauge",
+            one(commit.journal_segments),
+        );
+        text.metric(
+            "idem_checkpoints_total",
+            "Checkpoints of the sled store: sled flushed, the journal's older segments deleted.",
+            "counter",
+            one(commit.checkpoints),
+        );
+    }
     text.metric(
         "idem_commit_batch_size_max",
         "The largest batch so far.",

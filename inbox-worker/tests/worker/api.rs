@@ -512,6 +512,10 @@ fn metrics_health_and_feed() {
         "idem_commit_latency_seconds_bucket{le=\"+Inf\"}",
         "idem_commit_batches_total",
         "idem_commit_applies_total",
+        // One 16 MiB journal segment holds these few groups.
+        "idem_journal_segments 1",
+        "idem_journal_bytes 16777216",
+        "idem_checkpoints_total",
         "idem_open_connections",
         "idem_http_answers_total{code=\"applied\"} 5",
         "idem_commands_rejected_total{code=\"insufficient_funds\"} 0",

@@ -135,8 +135,10 @@ impl Drop for Mounted {
     }
 }
 
-/// Storage unavailable, for real: the ledger's folder on a 4 MiB tmpfs that is then filled
-/// up. The first command whose sync fails is answered 503 `unavailable` (never a false
+/// Storage unavailable, for real: the ledger's folder on a 40 MiB tmpfs (room for the
+/// journal's 16 MiB segment, the one made ahead, and sled) that is then filled up. The
+/// journal's segment is preallocated, so its appends go on; sled's writes and its
+/// checkpoint's flush find no room. The first command whose sync fails is answered 503 `unavailable` (never a false
 /// 201), `/healthz` turns 503, and after space is freed and the worker restarted, every
 /// acknowledged answer replays identically and the refused key runs exactly once.
 #[test]
@@ -145,7 +147,7 @@ fn a_full_disk_answers_503_and_loses_nothing() {
     let mnt = dir.path().join("small");
     std::fs::create_dir_all(&mnt).unwrap();
     let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .args(["-t", "tmpfs", "-o", "size=40m", "tmpfs"])
         .arg(&mnt)
         .status()
         .unwrap();

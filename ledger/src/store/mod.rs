@@ -309,7 +309,8 @@ pub const LATENCY_BUCKETS_US: [u64; 12] = [
 ];
 
 /// Counts for the commit path: how long each command took from submission to its durable
-/// answer, and how many commands each sync (one flush, one fdatasync) made durable.
+/// answer, and how many commands each sync (one journal write and sync on sled, one
+/// commit on PostgreSQL) made durable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommitMetrics {
     pub latency_buckets: [u64; 12],
@@ -318,7 +319,14 @@ pub struct CommitMetrics {
     pub commands: u64,
     pub batch_size_max: u64,
     pub last_batch_size: u64,
-    /// `apply_batch` calls that carried commands: at most one per sync when the decider
-    /// keeps up, more when a batch reaches `batch_max` first.
+    /// Groups of commands written (sled: one journal record and one `apply_batch`
+    /// each): at most one per sync when the decider keeps up, more when a group reaches
+    /// `batch_max` first.
     pub applies: u64,
+    /// sled: the journal's segment files, in bytes (preallocated space included), and
+    /// how many there are.
+    pub journal_bytes: u64,
+    pub journal_segments: u64,
+    /// sled: checkpoints taken (sled flushed, the journal's older segments deleted).
+    pub checkpoints: u64,
 }

@@ -876,9 +876,18 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
                 None => publish(shared, s),
             }
         }
+        note_journal(shared, &journal);
         checkpoints.tick(shared, &mut journal);
     }
     checkpoints.finish(shared, &mut journal);
+}
+
+/// The journal's size, for the metrics.
+fn note_journal(shared: &Shared, journal: &Journal) {
+    let stats = journal.stats();
+    let mut m = shared.metrics.lock();
+    m.journal_bytes = stats.bytes;
+    m.journal_segments = stats.segments as u64;
 }
 
 /// Checkpoints: from time to time sled is flushed on a thread of its own, and once that
@@ -964,6 +973,8 @@ impl Checkpoints {
                 if let Err(e) = journal.checkpoint(group) {
                     shared.fail(e.to_string());
                 }
+                shared.metrics.lock().checkpoints += 1;
+                note_journal(shared, journal);
             }
             Err(e) => {
                 shared.fail(e.to_string());
