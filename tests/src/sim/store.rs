@@ -13,23 +13,24 @@
 //! group with the next group number (1, 2, 3, ..., no gap); its view is sled's memory plus
 //! every sealed group not yet applied to sled (an overlay read before sled). The syncer,
 //! for each sealed group in order, writes it to the journal, syncs the journal, applies the
-//! group to sled's memory in one atomic batch that also records the group's number, and
-//! only then answers everyone in the group and releases their claims (but for a refund
+//! group to sled's memory one insert at a time, and only then answers everyone in the group and releases their claims (but for a refund
 //! whose withdrawal is still in flight, told 409 at once with nothing staged). sled is
 //! never flushed on the commit path. A checkpoint, now and then, takes the last group
-//! applied to sled, flushes sled, then deletes the journal's segments (of a few groups
-//! each, per seed) whose groups are all at or below it, never the one appended to.
+//! applied to sled, flushes sled and records that group in it (`v.journal`), then deletes
+//! the journal's segments (of a few groups each, per seed) whose groups are all at or
+//! below it, never the one appended to.
 //!
 //! Two files, each losing what was not synced, independently of the other:
 //!
 //! - the journal keeps every synced record; a record written and not synced when the
 //!   process dies survives whole, torn (cut off at recovery) or not at all;
 //! - sled's disk keeps what the last checkpoint flushed, and as sled writes its buffers in
-//!   the background, possibly more: after a crash it holds the groups up to some group
-//!   between the last checkpoint's and the last applied to its memory, chosen at random.
+//!   the background, possibly more: after a crash it holds any of the writes of the groups
+//!   applied to its memory since (none, all, or some of each group, at random), and
+//!   records the last checkpoint's group.
 //!
-//! Recovery opens sled's disk, reads the group it records and replays every journal group
-//! after it (groups carry absolute values, so a replay is idempotent). A journal that does
+//! Recovery opens sled's disk, reads the checkpoint's group it records and replays every
+//! journal group after it (groups carry absolute values, so a replay is idempotent). A journal that does
 //! not continue sled (a needed group deleted, or ending before sled's group) is refused,
 //! as the real journal refuses it, and a ledger that opens to anything but the journal's
 //! durable end is refused by the checker: `durable` is that end, the fold of every group
@@ -930,23 +931,25 @@ impl SimStore {
         {
             fate.push(format!("the journal lost SYNCED group {}", lost.number));
         }
-        // sled writes its buffers when they fill: its disk may be anywhere from the last
-        // flush to its memory. The two ends get a third of the crashes each.
+        // sled writes its buffers when they fill, and the syncer applies a group one insert
+        // at a time: its disk may hold any of the writes applied since the last checkpoint
+        // (none, all, or some of each group), while the group it records is still the
+        // checkpoint's. A third of the groups keep nothing, a third everything.
         let low = self.sled_disk.group;
         let high = self.sled.group;
-        let kept = match self.rng.below(3) {
-            0 => low,
-            1 => high,
-            _ => self.rng.range(low, high),
-        };
+        let mut kept = 0usize;
         for record in self.unflushed.drain(..) {
-            if record.number <= kept {
-                self.sled_disk.apply(&record);
+            let fate = self.rng.below(3);
+            for w in record.writes.iter() {
+                if fate == 1 || (fate == 2 && self.rng.below(2) == 0) {
+                    self.sled_disk.write(w);
+                    kept += 1;
+                }
             }
         }
         fate.push(format!(
-            "sled's disk holds groups up to {} (flushed up to {low}, applied up to {high})",
-            self.sled_disk.group
+            "sled's disk holds {kept} writes of the groups after its checkpoint, group {low} \
+             (applied up to {high})"
         ));
         self.fate = fate.join("; ");
         self.sled = self.durable.clone();

@@ -15,7 +15,7 @@ use crate::projection::{Balances, Stats};
 use crate::store::verify::VerifyReport;
 use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, message_fingerprint};
 
-use super::journal::{Group, Journal};
+use super::journal::{Group, Journal, Op};
 use super::records::{
     GROUP_KEY, InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY,
     STATS_KEY, account_key, decode, encode, fact_key, inbox_key, io_err, quarantine_key,
@@ -171,10 +171,13 @@ impl Committer {
     /// Writes what a new ledger starts with: its stats record, and the mark that its
     /// statements are complete (it has no movement yet).
     pub(super) fn write_new_ledger(&self) -> Result<()> {
-        let mut batch = sled::Batch::default();
-        batch.insert(STATS_KEY, encode(&self.stats));
-        batch.insert(STATEMENTS_READY_KEY, &[][..]);
-        self.shared.tree.apply_batch(batch).map_err(io_err)?;
+        // Inserts, not a batch: a tree that has seen an `apply_batch` guards every read with
+        // a process-wide lock from then on. A crash before the flush leaves no stats record,
+        // and the next open creates the ledger again.
+        let tree = &self.shared.tree;
+        tree.insert(STATEMENTS_READY_KEY, &[][..]).map_err(io_err)?;
+        tree.insert(STATS_KEY, encode(&self.stats))
+            .map_err(io_err)?;
         flush_sled(&self.shared)
     }
 
@@ -739,9 +742,6 @@ impl Committer {
         group.number = self.next_group;
         group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
         group.put(STATS_KEY, encode(&*stats));
-        // sled learns which group it holds in the same atomic batch, so that recovery
-        // replays the journal from the group after it.
-        group.put(GROUP_KEY, group.number.to_be_bytes().to_vec());
         self.next_group += 1;
         for (account, per) in &accounts {
             self.balances.accounts.insert(account.clone(), per.clone());
@@ -837,7 +837,7 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
             let Some(group) = s.group.as_ref().filter(|_| error.is_none()) else {
                 continue;
             };
-            match shared.tree.apply_batch(group.to_batch()) {
+            match apply_group(&shared.tree, group) {
                 Ok(()) => {
                     crash_point!("sync.after_apply");
                     shared.applied_group.store(group.number, Ordering::Release);
@@ -911,18 +911,13 @@ impl Checkpoints {
     fn start(shared: &Shared) -> Self {
         let (ask, asked) = crossbeam_channel::bounded::<u64>(1);
         let (done_tx, done) = crossbeam_channel::bounded::<Result<u64>>(1);
-        let db = shared.db.clone();
+        let (db, tree) = (shared.db.clone(), shared.tree.clone());
         let data_file = shared.data_file.as_ref().and_then(|f| f.try_clone().ok());
         let thread = std::thread::Builder::new()
             .name("idem-checkpoint".into())
             .spawn(move || {
                 for group in asked {
-                    let flushed = db.flush().map_err(io_err).and_then(|_| match &data_file {
-                        Some(f) => f
-                            .sync_data()
-                            .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}"))),
-                        None => Ok(()),
-                    });
+                    let flushed = checkpoint_sled(&db, &tree, data_file.as_ref(), group);
                     if done_tx.send(flushed.map(|()| group)).is_err() {
                         break;
                     }
@@ -933,7 +928,7 @@ impl Checkpoints {
             bytes: 0,
             asked_at: Instant::now(),
             in_progress: None,
-            durable: shared.applied_group.load(Ordering::Acquire),
+            durable: shared.checkpoint_at_open,
             ask: thread.is_some().then_some(ask),
             done,
             thread,
@@ -996,10 +991,58 @@ impl Checkpoints {
         }
         let applied = shared.applied_group.load(Ordering::Acquire);
         if applied > self.durable && shared.failed.lock().is_none() {
-            let flushed = flush_sled(shared).map(|()| applied);
+            let flushed =
+                checkpoint_sled(&shared.db, &shared.tree, shared.data_file.as_ref(), applied)
+                    .map(|()| applied);
             self.finished(shared, journal, flushed);
         }
     }
+}
+
+/// Applies a journal group to sled's memory, one insert at a time, in the group's order.
+/// Not as one `apply_batch`: that rolls sled's I/O buffer and writes its log twice, waking
+/// sled's I/O threads each time, about as long as the journal's own sync. A crash may
+/// leave sled's disk holding part of a group, or a later group's records without an
+/// earlier one's: recovery replays every group after the last checkpoint, whose values
+/// are absolute, so what sled holds of them is overwritten. Readers never see a key
+/// record before its fact, because a group puts a fact before its key record.
+pub(super) fn apply_group(tree: &sled::Tree, group: &Group) -> sled::Result<()> {
+    for op in &group.ops {
+        match op {
+            Op::Put { key, value } => {
+                tree.insert(key.as_slice(), value.as_slice())?;
+            }
+            Op::Remove { key } => {
+                tree.remove(key.as_slice())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes sled hold every group up to `group` durably and records that it does: sled's
+/// flush and an fdatasync of its data file (everything applied before the flush began is
+/// then on disk), then `v.journal` = `group`, flushed and synced the same way. Recovery
+/// replays the journal from the group after the `v.journal` it finds, which is therefore
+/// never ahead of what sled holds.
+fn checkpoint_sled(
+    db: &sled::Db,
+    tree: &sled::Tree,
+    data_file: Option<&std::fs::File>,
+    group: u64,
+) -> Result<()> {
+    let flush = || -> Result<()> {
+        db.flush().map_err(io_err)?;
+        if let Some(f) = data_file {
+            f.sync_data()
+                .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
+        }
+        Ok(())
+    };
+    flush()?;
+    tree.insert(GROUP_KEY, &group.to_be_bytes()[..])
+        .map_err(io_err)?;
+    flush()
 }
 
 /// Makes a durable group visible to readers, then answers it.

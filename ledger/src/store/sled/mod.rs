@@ -173,6 +173,8 @@ struct Shared {
     /// The last journal group applied to sled (in sled's memory): set by the syncer, read
     /// by the decider to forget what sled now answers for, and by checkpoints.
     applied_group: AtomicU64,
+    /// The last group sled held durably when the ledger was opened (its `v.journal`).
+    checkpoint_at_open: u64,
     next_token: AtomicU64,
     replayed: AtomicU64,
     conflicts_in_flight: AtomicU64,
@@ -272,7 +274,8 @@ impl SledStore {
             .map_err(|e| open_err(&shown, e))?;
         released.data_file = Some(path.join("db"));
         let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
-        let (journal, replayed_groups) = replay_journal(&tree, &config, &shown)?;
+        let (journal, replayed_groups, checkpoint_at_open) =
+            replay_journal(&tree, &config, &shown)?;
         let (stats, last_fact) = check_tail(&tree, &shown)?;
         let fresh = stats.is_none();
         if !fresh {
@@ -307,6 +310,7 @@ impl SledStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             durable_seq: AtomicU64::new(stats.last_seq),
             applied_group: AtomicU64::new(next_group - 1),
+            checkpoint_at_open,
             next_token: AtomicU64::new(1),
             replayed: AtomicU64::new(observed.replayed),
             conflicts_in_flight: AtomicU64::new(observed.conflicts_in_flight),
@@ -577,15 +581,16 @@ impl Drop for SledStore {
     }
 }
 
-/// Opens the ledger's journal and replays into sled every group sled does not hold: after
-/// a crash, those sled had in memory only. Returns the journal, ready for the next group,
-/// and how many groups were replayed. A torn tail is cut off; damage followed by valid
+/// Opens the ledger's journal and replays into sled every group after the last checkpoint
+/// (`v.journal`, the last group sled holds durably): after a crash sled may hold any part
+/// of them, or none. Returns the journal, ready for the next group, how many groups were
+/// replayed, and the checkpoint. A torn tail is cut off; damage followed by valid
 /// records, or a journal that does not continue sled, refuses to open.
 fn replay_journal(
     tree: &sled::Tree,
     config: &SledConfig,
     shown: &str,
-) -> Result<(journal::Journal, u64)> {
+) -> Result<(journal::Journal, u64, u64)> {
     let held = match tree.get(GROUP_KEY).map_err(|e| open_err(shown, e))? {
         None => 0,
         Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| LedgerError::Corrupt {
@@ -600,10 +605,9 @@ fn replay_journal(
     let (journal, recovery) =
         journal::Journal::open(&config.path.join(JOURNAL_DIR), options, held)?;
     for group in &recovery.groups {
-        tree.apply_batch(group.to_batch())
-            .map_err(|e| open_err(shown, e))?;
+        committer::apply_group(tree, group).map_err(|e| open_err(shown, e))?;
     }
-    Ok((journal, recovery.groups.len() as u64))
+    Ok((journal, recovery.groups.len() as u64, held))
 }
 
 /// Reads the stats record (`None`: a new ledger) and the log's last fact, and checks that

@@ -21,8 +21,9 @@ pub(super) const P_STATEMENT: u8 = b'h';
 /// Present once every movement of the log has its statement entry: written when a ledger
 /// is created, or at the open that added the entries of a ledger made before statements.
 pub(super) const STATEMENTS_READY_KEY: &[u8] = b"v.statements";
-/// The last journal group sled holds (u64 big-endian), written in every group's batch:
-/// recovery replays the journal from the group after it.
+/// The last journal group sled holds durably (u64 big-endian), written by each checkpoint
+/// once sled's flush of that group returned: recovery replays the journal from the group
+/// after it.
 pub(super) const GROUP_KEY: &[u8] = b"v.journal";
 pub(super) const RECORD_VERSION: u8 = 1;
 
