@@ -6,7 +6,8 @@
 //! journal's replay), and verify's speed.
 //! IDEM_BENCH_SECS (default 3) sets each run's length, IDEM_BENCH_FACTS (1,000,000) the
 //! size of the large ledger, IDEM_BENCH_JOURNAL_SYNC=dsync writes the journal with
-//! `O_DSYNC` instead of `fdatasync`.
+//! `O_DSYNC` instead of `fdatasync`, IDEM_BENCH_CHECKPOINT_MS and IDEM_BENCH_CHECKPOINT_KIB
+//! set how often checkpoints come.
 // A measuring tool: lossy casts of counts and durations to print them are fine here.
 #![allow(
     clippy::unwrap_used,
@@ -256,6 +257,12 @@ fn bare_sync(dir: &std::path::Path, secs: u64) -> Run {
 fn bench_config(path: &std::path::Path) -> SledConfig {
     let mut config = SledConfig::new(path);
     config.fsync = env("IDEM_BENCH_FSYNC", 1) == 1;
+    if let Ok(ms) = std::env::var("IDEM_BENCH_CHECKPOINT_MS") {
+        config.checkpoint_interval = Duration::from_millis(ms.parse().unwrap());
+    }
+    if let Ok(kib) = std::env::var("IDEM_BENCH_CHECKPOINT_KIB") {
+        config.checkpoint_bytes = kib.parse::<u64>().unwrap() * 1024;
+    }
     if std::env::var("IDEM_BENCH_JOURNAL_SYNC").is_ok_and(|v| v == "dsync") {
         config.journal.sync = ledger::store::sled::journal::SyncMode::Dsync;
     }
