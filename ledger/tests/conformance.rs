@@ -1087,7 +1087,7 @@ async fn refund_held_on_postgres(store: &Arc<dyn Store>, url: &str) -> (Submissi
     // Watched from a session outside any transaction: inside one, pg_stat_activity is read
     // once and kept, so the locker would never see the withdrawal start waiting.
     assert!(
-        waits_on_a_lock(url, "idem_claim_v3").await,
+        waits_on_a_lock(url, "idem_group_claim_v8").await,
         "the withdrawal never waited on alice's row"
     );
     let refund_answer = submit(store, "r-1", refund("w-1", 30)).await;
@@ -1437,7 +1437,7 @@ mod postgres_only {
             unreachable!()
         };
         assert!(
-            waits_on_a_lock(&db.url, "idem_apply_v3").await,
+            waits_on_a_lock(&db.url, "idem_group_apply_v8").await,
             "the attempt never waited on the intruder's key row"
         );
         intruder.batch_execute("COMMIT").await.unwrap();

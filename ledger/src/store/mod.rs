@@ -329,4 +329,8 @@ pub struct CommitMetrics {
     pub journal_segments: u64,
     /// sled: checkpoints taken (sled flushed, the journal's older segments deleted).
     pub checkpoints: u64,
+    /// How long each batch's first command waited before its batch began (sled: its
+    /// sync; PostgreSQL: its group's transaction), summed over batches, and the longest.
+    pub batch_wait_sum_us: u64,
+    pub batch_wait_max_us: u64,
 }

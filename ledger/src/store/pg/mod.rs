@@ -71,6 +71,7 @@ use crate::store::{
 use crate::store::{KeyQuery, Rules, Store};
 
 mod command;
+mod group;
 mod keys;
 mod verify;
 #[doc(hidden)]
@@ -113,6 +114,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("migrations/v6.sql"),
     ),
     ("account statements", include_str!("migrations/v7.sql")),
+    (
+        "a group of commands in one transaction",
+        include_str!("migrations/v8.sql"),
+    ),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
@@ -137,11 +142,19 @@ const SWEEP_BATCH: i64 = 10_000;
 /// How many keys the per-key replay/conflict counts remember before starting over.
 const ACTIVITY_MAX: usize = 65_536;
 
-/// How a [`PgStore`] connects and waits.
+/// How a [`PgStore`] connects, groups commands and waits.
 #[derive(Debug, Clone)]
 pub struct PgConfig {
-    /// Connections this process keeps; each runs one command's transaction at a time.
+    /// Connections this process keeps, and lanes of commands: each lane runs one group's
+    /// transaction at a time.
     pub pool_size: usize,
+    /// The most commands one group (one transaction, one commit) decides; 1 runs every
+    /// command in a transaction of its own.
+    pub group_max: usize,
+    /// How long a group stays open for more commands, counted from its first command's
+    /// arrival. Zero: a group takes what queued while the lane's previous group was in
+    /// flight, and a command that finds its lane idle never waits.
+    pub group_wait: Duration,
     /// How long a twin waits for the first attempt's claim before it is told 409.
     pub in_flight_wait: Duration,
     /// The schema that holds the tables, created if missing: lower-case letters, digits
@@ -155,6 +168,8 @@ impl Default for PgConfig {
     fn default() -> Self {
         Self {
             pool_size: 16,
+            group_max: 128,
+            group_wait: Duration::ZERO,
             in_flight_wait: Duration::from_millis(5),
             schema: "idem".into(),
             connect_timeout: Duration::from_secs(5),
@@ -169,6 +184,14 @@ impl PgConfig {
     }
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {
         self.in_flight_wait = wait;
+        self
+    }
+    pub fn group_max(mut self, n: usize) -> Self {
+        self.group_max = n;
+        self
+    }
+    pub fn group_wait(mut self, wait: Duration) -> Self {
+        self.group_wait = wait;
         self
     }
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
@@ -191,6 +214,8 @@ struct Claim {
 
 struct Inner {
     pool: Pool,
+    /// Where commands queue for their group (see `group.rs`).
+    lanes: Vec<tokio::sync::mpsc::UnboundedSender<group::Queued>>,
     rules: Rules,
     options: PgConfig,
     location: String,
@@ -229,12 +254,14 @@ impl std::fmt::Debug for PgStore {
 
 // ---- errors --------------------------------------------------------------------------
 
-/// Why one attempt at a command's transaction did not finish.
+/// Why one attempt at a group's transaction did not finish.
 enum Abort {
-    /// The key or the message id is claimed by a transaction that is still running.
-    InFlight,
-    /// PostgreSQL aborted the transaction over a conflict that a new attempt resolves.
+    /// PostgreSQL aborted the transaction over a conflict that a new attempt resolves,
+    /// or the connection was lost.
     Retry(String),
+    /// An error one command of the group may have caused: the group is split to answer
+    /// that command alone with it.
+    Command(LedgerError),
     Fail(LedgerError),
 }
 
@@ -254,8 +281,22 @@ impl From<tokio_postgres::Error> for Abort {
             // and a new attempt finds the row and locks it.
             SqlState::UNIQUE_VIOLATION,
         ];
+        // The session ended under the transaction (a backend terminated, the server
+        // restarting, the socket closed): it did not commit, or did and the new attempt
+        // reads its keys done.
+        let lost = [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+        ];
         match e.code() {
             Some(code) if retry.contains(code) => Abort::Retry(describe(&e)),
+            Some(code) if lost.contains(code) => Abort::Retry(describe(&e)),
+            None if e.is_closed() => Abort::Retry(describe(&e)),
+            // Bad data or a broken rule on a row: a command's, most likely.
+            Some(code) if code.code().starts_with("22") || code.code().starts_with("23") => {
+                Abort::Command(pg_err(&e))
+            }
             _ => Abort::Fail(pg_err(&e)),
         }
     }
@@ -450,8 +491,10 @@ impl PgStore {
             .recycle_timeout(Some(options.connect_timeout))
             .build()
             .map_err(|e| LedgerError::Unavailable(format!("PostgreSQL connection pool: {e}")))?;
+        let lanes = options.pool_size;
         let store = PgStore {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|weak| Inner {
+                lanes: group::start_lanes(lanes, weak),
                 pool,
                 options,
                 location,
@@ -650,11 +693,6 @@ impl PgStore {
             .unwrap_or(LATENCY_BUCKETS_US.len() - 1);
         m.latency_buckets[i] += 1;
         m.latency_sum_us = m.latency_sum_us.saturating_add(us);
-        // Each command is its own transaction and its own commit: a "batch" of one.
-        m.batches += 1;
-        m.commands += 1;
-        m.batch_size_max = m.batch_size_max.max(1);
-        m.last_batch_size = 1;
     }
 
     /// How long one attempt may take before the answer is "unavailable": the server ends

@@ -812,6 +812,17 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
         while let Ok(more) = rx.try_recv() {
             sealed.push(more);
         }
+        // How long the batch's first command waited for this sync to start.
+        let sync_start = Instant::now();
+        let waited = sealed
+            .iter()
+            .flat_map(|s| &s.answers)
+            .filter_map(|a| match a {
+                Pending::Command { arrived, .. } => Some(sync_start.duration_since(*arrived)),
+                _ => None,
+            })
+            .max()
+            .unwrap_or_default();
         let mut errors: Vec<Option<LedgerError>> = Vec::with_capacity(sealed.len());
         for s in &sealed {
             // Read apart from the match: a guard in its scrutinee would be held through the
@@ -869,6 +880,9 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
                             .any(|a| matches!(a, Pending::Command { .. }))
                 })
                 .count() as u64;
+            let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+            m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
+            m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
         }
         for (s, error) in sealed.into_iter().zip(errors) {
             match error {

@@ -1,0 +1,803 @@
+//! Group commit: the commands of a lane that arrive while its previous group is in
+//! flight are decided together, in one transaction with one commit (`v8.sql`).
+//!
+//! Each process runs `PgConfig::pool_size` lanes, each a task that runs one group at a
+//! time on one connection. A command goes to the lane of the account it acts on (a refund:
+//! of its withdrawal's key), so a hot account's commands meet in one lane and its row is
+//! locked and written once per group. A lane takes the first command queued, then every
+//! command queued behind it up to `PgConfig::group_max`, waiting for more only while the
+//! first has waited less than `PgConfig::group_wait` (zero by default: a group of one
+//! never waits).
+//!
+//! Within the group, commands are decided in arrival order, each seeing the balances and
+//! refunded totals the earlier ones left. A business rejection is that command's fact; it
+//! does not touch the others. A failure of the transaction answers nobody: a conflict
+//! PostgreSQL resolves by rerunning (deadlock, serialization failure, a concurrent first
+//! insert, a lost connection) reruns the whole group, which reads every key again, so a
+//! group that did commit before its connection was lost is replayed, never applied twice;
+//! an error a command of the group may have caused (a write that disagrees with the
+//! decision, a stored fact that does not decode) splits the group in halves, until the
+//! command at fault is answered with it alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Weak;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::command::{DISAGREE, MESSAGE_REUSED, OpenTx, SQL_APPLY, SQL_CLAIM, ShardSlot};
+use super::*;
+use crate::domain::Amount;
+
+/// A command waiting in its lane.
+pub(super) struct Queued {
+    client: ClientId,
+    key: Key,
+    command: Command,
+    fingerprint: Fingerprint,
+    message: Option<MessageId>,
+    arrived: Instant,
+    reply: oneshot::Sender<Result<Submission>>,
+}
+
+/// Starts `n` lanes; each ends when the store is dropped (its sender with it).
+pub(super) fn start_lanes(n: usize, store: &Weak<Inner>) -> Vec<mpsc::UnboundedSender<Queued>> {
+    (0..n.max(1))
+        .map(|_| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(lane(store.clone(), rx));
+            tx
+        })
+        .collect()
+}
+
+/// A lane: one group at a time. It holds the store only while a group runs, so a store
+/// that is dropped ends its lanes.
+async fn lane(store: Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Queued>) {
+    while let Some(first) = rx.recv().await {
+        let Some(inner) = store.upgrade() else {
+            let _ = first.reply.send(Err(LedgerError::Closed));
+            return;
+        };
+        let store = PgStore { inner };
+        let group = store.gather(first, &mut rx).await;
+        store.run_group(group).await;
+    }
+}
+
+/// What one attempt at a group's transaction answers, once it has committed.
+struct Decided {
+    answers: Vec<Submission>,
+    /// The latest fact number and time the group wrote or read.
+    seq: u64,
+    at: i64,
+}
+
+/// A command's row of `idem_group_claim_v8`.
+struct ClaimRow {
+    state: String,
+    message_claimed: bool,
+    hash: Option<Vec<u8>>,
+    seq: Option<i64>,
+    body: Option<Vec<u8>>,
+    withdrawal_seq: Option<i64>,
+    withdrawal: Option<Vec<u8>>,
+}
+
+/// A user account as the group sees it: locked at the start, then changed by each
+/// decided command.
+struct AccountState {
+    exists: bool,
+    currency: Option<Currency>,
+    start: u128,
+    balance: u128,
+    touched: bool,
+}
+
+/// A withdrawal's refunded total as the group sees it.
+struct RefundedState {
+    exists: bool,
+    withdrawn: u64,
+    start: u64,
+    total: u64,
+}
+
+/// The group's working state and writes, in the making.
+#[derive(Default)]
+struct Work {
+    accounts: HashMap<String, AccountState>,
+    refunded: BTreeMap<(String, String), RefundedState>,
+    /// Facts decided earlier in this group, by key: a refund may name one.
+    decided: HashMap<(ClientId, Key), Fact>,
+    facts: Vec<(Fact, Outcome, Fingerprint)>,
+    system: BTreeMap<(String, Currency), i128>,
+    counters: BTreeMap<String, i64>,
+    /// Messages answered by a fact: (message id, seq).
+    inbox: Vec<(String, i64)>,
+    /// Messages claimed by a command that changed nothing (a 409, a reuse): their inbox
+    /// row goes, so their redelivery is handled as new.
+    forget: Vec<String>,
+    /// Quarantined messages: (message id, payload).
+    quarantine: Vec<(String, String)>,
+}
+
+impl Work {
+    fn writes(&self) -> bool {
+        !(self.facts.is_empty()
+            && self.inbox.is_empty()
+            && self.forget.is_empty()
+            && self.quarantine.is_empty())
+    }
+
+    fn view(&self, account: &str) -> Option<AccountView> {
+        let a = self.accounts.get(account)?;
+        a.currency.map(|currency| AccountView {
+            currency,
+            balance: a.balance,
+        })
+    }
+}
+
+fn in_progress() -> Submission {
+    Submission::InProgress {
+        retry_after: RETRY_AFTER,
+    }
+}
+
+/// A withdrawal fact as a refund reads it: (account, amount, currency).
+fn withdrawal_of(fact: &Fact) -> Option<(Account, Amount, Currency)> {
+    match &fact.body {
+        FactBody::WithdrawalRecorded {
+            account,
+            amount,
+            currency,
+            ..
+        } => Some((account.clone(), *amount, *currency)),
+        _ => None,
+    }
+}
+
+impl PgStore {
+    /// Hands the command to its lane and waits for its group's answer.
+    pub(super) async fn join_group(
+        &self,
+        client: &ClientId,
+        key: &Key,
+        command: Command,
+        fingerprint: Fingerprint,
+        message: Option<MessageId>,
+    ) -> Result<Submission> {
+        let lanes = &self.inner.lanes;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match &command {
+            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
+                account.as_str().hash(&mut h);
+            }
+            Command::Refund { withdrawal, .. } => {
+                (client.as_str(), withdrawal.as_str()).hash(&mut h)
+            }
+        }
+        let lane = usize::try_from(h.finish() % lanes.len().max(1) as u64).unwrap_or(0);
+        let (reply, answer) = oneshot::channel();
+        let queued = Queued {
+            client: client.clone(),
+            key: key.clone(),
+            command,
+            fingerprint,
+            message,
+            arrived: Instant::now(),
+            reply,
+        };
+        if lanes.get(lane).is_none_or(|l| l.send(queued).is_err()) {
+            return Err(LedgerError::Closed);
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(LedgerError::Unavailable(
+                "the command's group ended without an answer; it may or may not be \
+                 recorded: retry with the same key"
+                    .into(),
+            ))
+        })
+    }
+
+    /// The group that starts with `first`: what is queued behind it, up to the size, and
+    /// what arrives while the first has waited less than the group wait.
+    async fn gather(&self, first: Queued, rx: &mut mpsc::UnboundedReceiver<Queued>) -> Vec<Queued> {
+        let options = &self.inner.options;
+        let max = options.group_max.max(1);
+        let until = first.arrived + options.group_wait;
+        let mut group = vec![first];
+        while group.len() < max {
+            match rx.try_recv() {
+                Ok(q) => group.push(q),
+                Err(_) => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match tokio::time::timeout(left, rx.recv()).await {
+                        Ok(Some(q)) => group.push(q),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        group
+    }
+
+    /// Decides a group and answers each of its commands: again after a conflict, in
+    /// halves after an error one of them may have caused.
+    async fn run_group(&self, group: Vec<Queued>) {
+        let waited = group
+            .first()
+            .map_or(Duration::ZERO, |q| q.arrived.elapsed());
+        let mut todo = vec![group];
+        while let Some(mut group) = todo.pop() {
+            match self.group_attempts(&group).await {
+                Ok(decided) => self.answer_group(group, decided, waited),
+                Err((_, true)) if group.len() > 1 => {
+                    let second = group.split_off(group.len() / 2);
+                    // The first half first: arrival order is kept.
+                    todo.push(second);
+                    todo.push(group);
+                }
+                Err((e, _)) => {
+                    for q in group {
+                        let _ = q.reply.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs the group's transaction until it commits, within the attempt deadline each.
+    /// An error comes with whether splitting the group may get past it.
+    async fn group_attempts(&self, group: &[Queued]) -> Result<Decided, (LedgerError, bool)> {
+        let deadline = self.attempt_deadline();
+        let mut attempt = 0;
+        loop {
+            match tokio::time::timeout(deadline, self.group_attempt(group)).await {
+                Err(_) => {
+                    return Err((
+                        LedgerError::Unavailable(format!(
+                            "PostgreSQL did not answer within {deadline:?}; the command may \
+                             or may not be recorded: retry with the same key"
+                        )),
+                        false,
+                    ));
+                }
+                Ok(Ok(decided)) => return Ok(decided),
+                Ok(Err(Abort::Retry(why))) => {
+                    attempt += 1;
+                    if attempt > RETRIES {
+                        return Err((
+                            LedgerError::Unavailable(format!(
+                                "gave up after {RETRIES} retries: {why}"
+                            )),
+                            false,
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
+                }
+                Ok(Err(Abort::Command(e))) => return Err((e, true)),
+                Ok(Err(Abort::Fail(e))) => return Err((e, false)),
+            }
+        }
+    }
+
+    /// Answers a committed group's commands and counts it.
+    fn answer_group(&self, group: Vec<Queued>, decided: Decided, waited: Duration) {
+        let inner = &*self.inner;
+        inner.durable_seq.fetch_max(decided.seq, Ordering::SeqCst);
+        inner.last_at.fetch_max(decided.at, Ordering::SeqCst);
+        let n = group.len() as u64;
+        for (q, answer) in group.into_iter().zip(decided.answers) {
+            let ck = (q.client, q.key);
+            match &answer {
+                Submission::Replayed(_) => {
+                    inner.replayed.fetch_add(1, Ordering::Relaxed);
+                    self.note(&ck, true);
+                }
+                Submission::Reused => {
+                    inner.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                    self.note(&ck, false);
+                }
+                Submission::InProgress { .. } => {
+                    inner.conflicts_in_flight.fetch_add(1, Ordering::Relaxed);
+                    self.note(&ck, false);
+                }
+                Submission::Executed(_) | Submission::Quarantined { .. } => {}
+            }
+            let _ = q.reply.send(Ok(answer));
+        }
+        let mut m = inner.metrics.lock();
+        m.batches += 1;
+        m.commands += n;
+        m.batch_size_max = m.batch_size_max.max(n);
+        m.last_batch_size = n;
+        let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
+        m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
+    }
+
+    /// One attempt: the whole group in one transaction, in two round trips: BEGIN +
+    /// `idem_group_claim_v8`, the decisions here, then `idem_group_apply_v8` + COMMIT (or
+    /// ROLLBACK when nothing is written: every command was a replay or a 409).
+    async fn group_attempt(&self, group: &[Queued]) -> Result<Decided, Abort> {
+        let inner = &*self.inner;
+        // Taken before the transaction and held to its end (see `SHARDS`).
+        let slot = ShardSlot::take(&inner.shard_slots);
+        let tx = OpenTx::new(inner.pool.get().await?);
+        let at = self.record_time();
+        let at_db = db_time(at)?;
+        let rows = self.claim_round_trip(&tx, group, at_db).await?;
+        let (mut work, claimed) = self.read_claim(group.len(), &rows)?;
+        let mut decided = Decided {
+            answers: Vec::with_capacity(group.len()),
+            seq: 0,
+            at: at.millis(),
+        };
+        for (q, row) in group.iter().zip(claimed) {
+            let answer = self.decide_one(q, row, at, &mut work, &mut decided)?;
+            decided.answers.push(answer);
+        }
+        if work.writes() {
+            let shard = slot.shard().unwrap_or_else(|| self.next_shard());
+            self.apply_round_trip(&tx, &work, at_db, shard).await?;
+        } else {
+            tx.rollback().await?;
+        }
+        Ok(decided)
+    }
+
+    /// Round trip 1: BEGIN, then the group's claims, reads and locks.
+    async fn claim_round_trip(
+        &self,
+        tx: &OpenTx,
+        group: &[Queued],
+        at_db: DateTime<Utc>,
+    ) -> Result<Vec<Row>, Abort> {
+        let inner = &*self.inner;
+        let conn = tx.conn()?;
+        let stmt = conn.prepare_cached(SQL_CLAIM).await?;
+        let clients: Vec<&str> = group.iter().map(|q| q.client.as_str()).collect();
+        let keys: Vec<&str> = group.iter().map(|q| q.key.as_str()).collect();
+        let hashes: Vec<&[u8]> = group.iter().map(|q| &q.fingerprint.0[..]).collect();
+        let messages: Vec<Option<&str>> = group
+            .iter()
+            .map(|q| q.message.as_ref().map(MessageId::as_str))
+            .collect();
+        let message_fps: Vec<Option<Vec<u8>>> = group
+            .iter()
+            .map(|q| {
+                q.message.as_ref().map(|_| {
+                    message_fingerprint(&q.client, &q.key, &q.command)
+                        .0
+                        .to_vec()
+                })
+            })
+            .collect();
+        let (withdrawals, accounts): (Vec<Option<&str>>, Vec<Option<&str>>) = group
+            .iter()
+            .map(|q| match &q.command {
+                Command::Refund { withdrawal, .. } => (Some(withdrawal.as_str()), None),
+                Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
+                    (None, Some(account.as_str()))
+                }
+            })
+            .unzip();
+        let wait_ms = ms_i32(inner.options.in_flight_wait);
+        let lease_ms = ms_i32(inner.rules.lease);
+        let params: [P; 10] = [
+            &clients,
+            &keys,
+            &hashes,
+            &at_db,
+            &wait_ms,
+            &messages,
+            &message_fps,
+            &withdrawals,
+            &accounts,
+            &lease_ms,
+        ];
+        tx.opened();
+        let (begun, rows) = tokio::join!(conn.batch_execute("BEGIN"), conn.query(&stmt, &params));
+        begun?;
+        Ok(rows?)
+    }
+
+    /// The claim's rows: the locked accounts and refunded totals as the group's starting
+    /// state, and each command's row in arrival order.
+    fn read_claim(&self, n: usize, rows: &[Row]) -> Result<(Work, Vec<ClaimRow>), Abort> {
+        let mut work = Work::default();
+        let mut claimed: Vec<Option<ClaimRow>> = (0..n).map(|_| None).collect();
+        for row in rows {
+            let i: i32 = get(row, 0)?;
+            let state: String = get(row, 1)?;
+            match (i, state.as_str()) {
+                (0, "account") => {
+                    let name: String = get(row, 9)?;
+                    let currency = self.currency(get(row, 10)?)?;
+                    let balance = self.number(get(row, 11)?)?;
+                    work.accounts.insert(
+                        name,
+                        AccountState {
+                            exists: true,
+                            currency: Some(currency),
+                            start: balance,
+                            balance,
+                            touched: false,
+                        },
+                    );
+                }
+                (0, "refunded") => {
+                    let total = u64::try_from(get::<i64>(row, 12)?).unwrap_or(0);
+                    work.refunded.insert(
+                        (get(row, 8)?, get(row, 9)?),
+                        RefundedState {
+                            exists: true,
+                            // Read from the withdrawal's fact when a refund is decided.
+                            withdrawn: 0,
+                            start: total,
+                            total,
+                        },
+                    );
+                }
+                _ => {
+                    let slot = usize::try_from(i - 1)
+                        .ok()
+                        .and_then(|i| claimed.get_mut(i))
+                        .ok_or_else(|| self.unexpected(format!("a row for command {i}")))?;
+                    *slot = Some(ClaimRow {
+                        state,
+                        message_claimed: get(row, 2)?,
+                        hash: get(row, 3)?,
+                        seq: get(row, 4)?,
+                        body: get(row, 5)?,
+                        withdrawal_seq: get(row, 6)?,
+                        withdrawal: get(row, 7)?,
+                    });
+                }
+            }
+        }
+        let claimed = claimed
+            .into_iter()
+            .enumerate()
+            .map(|(i, row)| row.ok_or_else(|| self.unexpected(format!("no row for command {i}"))))
+            .collect::<Result<_, _>>()?;
+        Ok((work, claimed))
+    }
+
+    fn unexpected(&self, what: String) -> Abort {
+        Abort::Fail(LedgerError::Unavailable(format!(
+            "idem_group_claim_v8 answered {what}"
+        )))
+    }
+
+    /// One command's answer from its claim row, deciding it against the group's working
+    /// state if it claimed its key.
+    fn decide_one(
+        &self,
+        q: &Queued,
+        row: ClaimRow,
+        at: Timestamp,
+        work: &mut Work,
+        decided: &mut Decided,
+    ) -> Result<Submission, Abort> {
+        let message = q.message.as_ref().map(|m| m.as_str().to_owned());
+        let claimed_message = message.filter(|_| row.message_claimed);
+        match row.state.as_str() {
+            "claimed" => {}
+            "in_flight" => return Ok(in_progress()),
+            "vanished" => return Err(Abort::Retry("a claimed row vanished".into())),
+            "message_reused" => {
+                let payload = format!(
+                    "{{\"key\":{:?},\"command\":{:?}}}",
+                    q.key.as_str(),
+                    q.command.name()
+                );
+                let id = q.message.as_ref().map(|m| m.as_str().to_owned());
+                work.quarantine.push((id.unwrap_or_default(), payload));
+                return Ok(Submission::Quarantined {
+                    reason: MESSAGE_REUSED.into(),
+                });
+            }
+            "seen" => return self.answer_seen(q, row, claimed_message, work, decided),
+            other => return Err(self.unexpected(format!("{other:?}"))),
+        }
+        let seq = row
+            .seq
+            .ok_or_else(|| self.unexpected("a claimed key without a number".into()))?;
+        let seq_u = u64::try_from(seq).map_err(|_| self.corrupt(format!("seq {seq}")))?;
+        let inputs = match &q.command {
+            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => Inputs {
+                account: work.view(account.as_str()),
+                withdrawal: None,
+            },
+            Command::Refund { withdrawal, .. } => {
+                let wk = (q.client.clone(), withdrawal.clone());
+                let found = match (work.decided.get(&wk), row.withdrawal_seq, &row.withdrawal) {
+                    (Some(fact), _, _) => Some(withdrawal_of(fact)),
+                    (None, Some(s), Some(body)) => Some(withdrawal_of(&self.decode(s, body)?)),
+                    _ => None,
+                };
+                // No withdrawal committed, none decided earlier in this group, and this
+                // process holds its claim: it is in flight here (maybe later in this very
+                // group), and the refund is not decided against its absence.
+                if found.is_none()
+                    && withdrawal != &q.key
+                    && self.claimed_here(&q.client, withdrawal)
+                {
+                    work.forget.extend(claimed_message);
+                    return Ok(in_progress());
+                }
+                let w = found.flatten();
+                let refunded = w.as_ref().map_or(0, |_| {
+                    work.refunded
+                        .get(&(q.client.as_str().to_owned(), withdrawal.as_str().to_owned()))
+                        .map_or(0, |r| r.total)
+                });
+                Inputs {
+                    account: w.as_ref().and_then(|w| work.view(w.0.as_str())),
+                    withdrawal: w.map(|(account, amount, currency)| WithdrawalView {
+                        account,
+                        currency,
+                        amount,
+                        refunded,
+                    }),
+                }
+            }
+        };
+        let fact = core::decide(&q.client, &q.key, &q.command, &inputs, seq_u, at);
+        self.stage(work, &fact, &inputs)?;
+        if let Some(m) = claimed_message {
+            work.inbox.push((m, seq));
+        }
+        let outcome = Outcome::from_fact(&fact);
+        decided.seq = decided.seq.max(seq_u);
+        work.decided
+            .insert((q.client.clone(), q.key.clone()), fact.clone());
+        work.facts.push((fact, outcome.clone(), q.fingerprint));
+        Ok(Submission::Executed(outcome))
+    }
+
+    /// A done key: its replay, or `Reused` for another command. A new message for a done
+    /// key is remembered with the key's fact, so its redelivery is known by id too.
+    fn answer_seen(
+        &self,
+        q: &Queued,
+        row: ClaimRow,
+        claimed_message: Option<String>,
+        work: &mut Work,
+        decided: &mut Decided,
+    ) -> Result<Submission, Abort> {
+        let hash = row.hash.unwrap_or_default();
+        let stored = Fingerprint(
+            hash.as_slice()
+                .try_into()
+                .map_err(|_| self.corrupt("a key's fingerprint of the wrong length".into()))
+                .map_err(Abort::Command)?,
+        );
+        if core::classify(Some(stored), q.fingerprint) == Seen::Reused {
+            work.forget.extend(claimed_message);
+            return Ok(Submission::Reused);
+        }
+        let fact = match (row.seq, row.body) {
+            (Some(seq), Some(body)) => self.decode(seq, &body).map_err(Abort::Command)?,
+            _ => {
+                return Err(Abort::Command(self.corrupt(format!(
+                    "key {:?} of {:?} is committed without its fact",
+                    q.key.as_str(),
+                    q.client.as_str()
+                ))));
+            }
+        };
+        if let Some(m) = claimed_message {
+            work.inbox.push((m, db_int(fact.seq)?));
+        }
+        decided.seq = decided.seq.max(fact.seq);
+        decided.at = decided.at.max(fact.at.millis());
+        Ok(Submission::Replayed(Outcome::from_fact(&fact)))
+    }
+
+    /// A decided fact's changes, carried into the group's working state and writes.
+    fn stage(&self, work: &mut Work, fact: &Fact, inputs: &Inputs) -> Result<(), Abort> {
+        for (account, currency, delta) in projection::legs(fact) {
+            if account.is_system() {
+                *work
+                    .system
+                    .entry((account.as_str().to_owned(), currency))
+                    .or_insert(0) += delta;
+                continue;
+            }
+            let a = work
+                .accounts
+                .entry(account.as_str().to_owned())
+                .or_insert(AccountState {
+                    exists: false,
+                    currency: None,
+                    start: 0,
+                    balance: 0,
+                    touched: false,
+                });
+            let after = i128::try_from(a.balance)
+                .ok()
+                .and_then(|b| b.checked_add(delta))
+                .and_then(|b| u128::try_from(b).ok())
+                .ok_or_else(|| {
+                    self.disagree(format!("{account}'s balance would leave its range"))
+                })?;
+            a.balance = after;
+            a.currency.get_or_insert(currency);
+            a.touched = true;
+        }
+        if let FactBody::RefundRecorded {
+            withdrawal,
+            refunded_total,
+            ..
+        } = &fact.body
+        {
+            let withdrawn = inputs.withdrawal.as_ref().map_or(0, |w| w.amount.units());
+            let r = work
+                .refunded
+                .entry((
+                    fact.client.as_str().to_owned(),
+                    withdrawal.as_str().to_owned(),
+                ))
+                .or_insert(RefundedState {
+                    exists: false,
+                    withdrawn,
+                    start: 0,
+                    total: 0,
+                });
+            r.withdrawn = withdrawn;
+            r.total = *refunded_total;
+        }
+        *work.counters.entry(counter_name(&fact.body)).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Round trip 2: every write of the group and the COMMIT. `idem_group_apply_v8`
+    /// checks each against the decisions and raises if one disagrees, which turns the
+    /// COMMIT into a rollback.
+    async fn apply_round_trip(
+        &self,
+        tx: &OpenTx,
+        work: &Work,
+        at_db: DateTime<Utc>,
+        shard: i16,
+    ) -> Result<(), Abort> {
+        let conn = tx.conn()?;
+        let stmt = conn.prepare_cached(SQL_APPLY).await?;
+        let facts = &work.facts;
+        let seqs = facts
+            .iter()
+            .map(|(f, ..)| db_int(f.seq))
+            .collect::<Result<Vec<_>>>()?;
+        let clients: Vec<&str> = facts.iter().map(|(f, ..)| f.client.as_str()).collect();
+        let keys: Vec<&str> = facts.iter().map(|(f, ..)| f.key.as_str()).collect();
+        let kinds: Vec<&str> = facts
+            .iter()
+            .map(|(f, ..)| f.body.persisted_name())
+            .collect();
+        let rejections: Vec<Option<&str>> = facts
+            .iter()
+            .map(|(f, ..)| match &f.body {
+                FactBody::CommandRejected { rejection, .. } => Some(rejection.code()),
+                _ => None,
+            })
+            .collect();
+        let bodies: Vec<Vec<u8>> = facts.iter().map(|(f, ..)| f.encode()).collect();
+        let docs: Vec<serde_json::Value> =
+            facts.iter().map(|(f, ..)| fact::json::fact(f)).collect();
+        let responses: Vec<serde_json::Value> = facts
+            .iter()
+            .map(|(_, o, _)| fact::json::outcome(o))
+            .collect();
+        let hashes: Vec<&[u8]> = facts.iter().map(|(.., fp)| &fp.0[..]).collect();
+        // Accounts in name order (byte order, as the claim locked them).
+        let accounts: BTreeMap<&str, &AccountState> = work
+            .accounts
+            .iter()
+            .filter(|(_, a)| a.touched)
+            .map(|(name, a)| (name.as_str(), a))
+            .collect();
+        let names: Vec<&str> = accounts.keys().copied().collect();
+        let currencies: Vec<Option<&str>> = accounts
+            .values()
+            .map(|a| a.currency.as_ref().map(Currency::as_str))
+            .collect();
+        let deltas: Vec<String> = accounts
+            .values()
+            .map(|a| {
+                (i128::try_from(a.balance).unwrap_or(i128::MAX)
+                    - i128::try_from(a.start).unwrap_or(0))
+                .to_string()
+            })
+            .collect();
+        let exists: Vec<bool> = accounts.values().map(|a| a.exists).collect();
+        let afters: Vec<String> = accounts.values().map(|a| a.balance.to_string()).collect();
+        let refunded: Vec<(&(String, String), &RefundedState)> = work
+            .refunded
+            .iter()
+            .filter(|(_, r)| r.total != r.start)
+            .collect();
+        let r_clients: Vec<&str> = refunded.iter().map(|((c, _), _)| c.as_str()).collect();
+        let r_withdrawals: Vec<&str> = refunded.iter().map(|((_, w), _)| w.as_str()).collect();
+        let r_refunds = refunded
+            .iter()
+            .map(|(_, r)| db_int(r.total - r.start))
+            .collect::<Result<Vec<_>>>()?;
+        let r_withdrawn = refunded
+            .iter()
+            .map(|(_, r)| db_int(r.withdrawn))
+            .collect::<Result<Vec<_>>>()?;
+        let r_exists: Vec<bool> = refunded.iter().map(|(_, r)| r.exists).collect();
+        let r_afters = refunded
+            .iter()
+            .map(|(_, r)| db_int(r.total))
+            .collect::<Result<Vec<_>>>()?;
+        let system: Vec<(&(String, Currency), &i128)> =
+            work.system.iter().filter(|(_, d)| **d != 0).collect();
+        let s_accounts: Vec<&str> = system.iter().map(|((a, _), _)| a.as_str()).collect();
+        let s_currencies: Vec<&str> = system.iter().map(|((_, c), _)| c.as_str()).collect();
+        let s_deltas: Vec<String> = system.iter().map(|(_, d)| d.to_string()).collect();
+        let c_names: Vec<&str> = work.counters.keys().map(String::as_str).collect();
+        let c_counts: Vec<i64> = work.counters.values().copied().collect();
+        let i_messages: Vec<&str> = work.inbox.iter().map(|(m, _)| m.as_str()).collect();
+        let i_seqs: Vec<i64> = work.inbox.iter().map(|(_, s)| *s).collect();
+        let forget: Vec<&str> = work.forget.iter().map(String::as_str).collect();
+        let q_messages: Vec<&str> = work.quarantine.iter().map(|(m, _)| m.as_str()).collect();
+        let q_reasons: Vec<&str> = work.quarantine.iter().map(|_| MESSAGE_REUSED).collect();
+        let q_payloads: Vec<&str> = work.quarantine.iter().map(|(_, p)| p.as_str()).collect();
+        let params: [P; 33] = [
+            &at_db,
+            &shard,
+            &seqs,
+            &clients,
+            &keys,
+            &kinds,
+            &rejections,
+            &bodies,
+            &docs,
+            &responses,
+            &hashes,
+            &names,
+            &currencies,
+            &deltas,
+            &exists,
+            &afters,
+            &r_clients,
+            &r_withdrawals,
+            &r_refunds,
+            &r_withdrawn,
+            &r_exists,
+            &r_afters,
+            &s_accounts,
+            &s_currencies,
+            &s_deltas,
+            &c_names,
+            &c_counts,
+            &i_messages,
+            &i_seqs,
+            &forget,
+            &q_messages,
+            &q_reasons,
+            &q_payloads,
+        ];
+        let (applied, commit) =
+            tokio::join!(conn.execute(&stmt, &params), conn.batch_execute("COMMIT"));
+        tx.closed();
+        if let Err(e) = applied {
+            if e.code().map(SqlState::code) == Some(DISAGREE) {
+                return Err(match self.disagree(describe(&e)) {
+                    Abort::Fail(e) => Abort::Command(e),
+                    other => other,
+                });
+            }
+            return Err(e.into());
+        }
+        commit?;
+        Ok(())
+    }
+}
