@@ -124,9 +124,20 @@ struct ServeArgs {
         hide_env_values = true
     )]
     store: Option<String>,
-    /// Connections to PostgreSQL, with --store. Commands wait for a free one.
+    /// Connections to PostgreSQL, with --store: each is a lane that decides the commands
+    /// queued on it in groups, one transaction and one commit per group.
     #[arg(long, default_value_t = 16)]
     pg_pool: usize,
+    /// The most commands one PostgreSQL transaction decides, with --store; 1 gives every
+    /// command a transaction of its own.
+    #[arg(long, default_value_t = 128, env = "IDEM_PG_GROUP_MAX",
+          value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pg_group_max: u64,
+    /// How long a PostgreSQL group stays open for more commands, counted from its first
+    /// command's arrival (0: it takes what queued while the lane was busy, and a command
+    /// that finds its lane idle never waits).
+    #[arg(long, default_value = "0ms", value_parser = parse_group_wait, env = "IDEM_PG_GROUP_WAIT")]
+    pg_group_wait: Duration,
     /// Address to listen on (port 0: one the system picks; the worker prints it). Without
     /// tokens only loopback addresses are allowed.
     #[arg(
@@ -407,6 +418,19 @@ fn parse_tokens(args: &ServeArgs) -> anyhow::Result<Vec<(ClientId, String)>> {
     Ok(out)
 }
 
+/// A group wait: a duration of at most a second, since every command of a group waits it.
+fn parse_group_wait(s: &str) -> Result<Duration, String> {
+    let wait = parse_duration(s)?;
+    if wait > Duration::from_secs(1) {
+        return Err(
+            "a group wait of more than 1s would hold every command that long; \
+                    use a few milliseconds, or 0ms"
+                .into(),
+        );
+    }
+    Ok(wait)
+}
+
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let tokens = parse_tokens(&args)?;
     let sweep_every = args.sweep_every.unwrap_or_else(|| {
@@ -416,6 +440,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         db: args.db.unwrap_or_default(),
         store_url: args.store.filter(|s| !s.is_empty()),
         pg_pool: args.pg_pool.max(1),
+        pg_group_max: usize::try_from(args.pg_group_max).unwrap_or(1),
+        pg_group_wait: args.pg_group_wait,
         amqp: args.amqp.filter(|u| !u.is_empty()).map(|url| {
             let mut o = inbox_worker::inbox::amqp::AmqpOptions::new(url, args.queue.clone());
             o.prefetch = args.prefetch.max(1);

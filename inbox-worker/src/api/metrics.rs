@@ -400,6 +400,26 @@ fn write_commits(text: &mut Exposition, commit: &CommitMetrics, kind: &str) {
         "gauge",
         one(commit.last_batch_size),
     );
+    text.metric(
+        "idem_commit_batch_wait_seconds_total",
+        "How long each batch's first command waited before its batch began (sled: its \
+         sync; PostgreSQL: its group's transaction), summed over batches; divided by \
+         batches, the mean wait.",
+        "counter",
+        vec![(
+            String::new(),
+            format!("{}", Seconds(commit.batch_wait_sum_us)),
+        )],
+    );
+    text.metric(
+        "idem_commit_batch_wait_seconds_max",
+        "The longest wait of a batch's first command so far.",
+        "gauge",
+        vec![(
+            String::new(),
+            format!("{}", Seconds(commit.batch_wait_max_us)),
+        )],
+    );
 }
 
 /// Each structure that grows with use, and the bound of the whole.

@@ -50,8 +50,12 @@ pub struct ServeConfig {
     pub db: PathBuf,
     /// A PostgreSQL URL: the facts live there instead of the sled folder `db`.
     pub store_url: Option<String>,
-    /// Connections to PostgreSQL (with `store_url`).
+    /// Connections to PostgreSQL (with `store_url`), one lane of commands each.
     pub pg_pool: usize,
+    /// The most commands one PostgreSQL transaction decides together.
+    pub pg_group_max: usize,
+    /// How long a PostgreSQL group stays open for more commands, from its first's arrival.
+    pub pg_group_wait: Duration,
     /// Consume inbox messages from RabbitMQ too.
     pub amqp: Option<AmqpOptions>,
     pub listen: SocketAddr,
@@ -67,6 +71,8 @@ impl ServeConfig {
             db: db.into(),
             store_url: None,
             pg_pool: 16,
+            pg_group_max: ledger::PgConfig::default().group_max,
+            pg_group_wait: Duration::ZERO,
             amqp: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
             retention: Duration::from_secs(24 * 3600),
