@@ -1,6 +1,8 @@
 //! `idem-bench stores`: one workload, run in one go against the worker on sled, the
-//! worker on PostgreSQL, and pgbench running the bare hand-written transaction (the floor: what
-//! PostgreSQL itself does for one idempotent withdrawal, with no worker around it).
+//! worker on PostgreSQL (with its groups, and with one command per transaction), and
+//! pgbench running the bare hand-written transaction (the floor: what PostgreSQL itself
+//! does for one idempotent withdrawal, with no worker around it). With `--before`, another
+//! build of the worker on PostgreSQL too (the previous release, say).
 //!
 //! For every concurrency and every target the bench starts from nothing: a fresh worker
 //! process (the `inbox-worker` binary, `serve` on a temporary folder or on a fresh database
@@ -42,6 +44,12 @@ pub enum Target {
     Sled,
     /// `inbox-worker serve --store` on a fresh PostgreSQL database.
     Postgres,
+    /// The same with `--pg-group-max 1`: every command a transaction of its own.
+    #[serde(rename = "postgres-single")]
+    PostgresSingle,
+    /// The worker binary of `--before` (another build) on a fresh PostgreSQL database.
+    #[serde(rename = "postgres-before")]
+    PostgresBefore,
     /// pgbench running the bare hand-written transaction on a fresh database.
     Pgbench,
 }
@@ -51,6 +59,8 @@ impl Target {
         match self {
             Target::Sled => "sled",
             Target::Postgres => "postgres",
+            Target::PostgresSingle => "postgres-single",
+            Target::PostgresBefore => "postgres-before",
             Target::Pgbench => "pgbench",
         }
     }
@@ -59,12 +69,13 @@ impl Target {
 /// `idem-bench stores`' flags.
 #[derive(clap::Args, Clone, Debug)]
 pub struct StoresArgs {
-    /// What to measure, comma-separated: sled, postgres, pgbench.
+    /// What to measure, comma-separated: sled, postgres, postgres-single (one command
+    /// per transaction), postgres-before (the build of --before), pgbench.
     #[arg(
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "sled,postgres,pgbench"
+        default_value = "sled,postgres,postgres-single,pgbench"
     )]
     pub targets: Vec<Target>,
     /// Concurrencies to measure, comma-separated: HTTP keep-alive connections with one
@@ -108,6 +119,10 @@ pub struct StoresArgs {
     /// `inbox-worker` on the PATH).
     #[arg(long, value_name = "PATH")]
     pub worker: Option<PathBuf>,
+    /// Another `inbox-worker` binary, measured on PostgreSQL as the target
+    /// postgres-before (added to --targets when given).
+    #[arg(long, value_name = "PATH")]
+    pub before: Option<PathBuf>,
 }
 
 /// Deposit per account: far more than any run can withdraw at 1 per request, so no
@@ -176,6 +191,12 @@ pub struct Ratios {
     pub sled_over_postgres: Option<f64>,
     pub postgres_over_pgbench: Option<f64>,
     pub sled_over_pgbench: Option<f64>,
+    /// What groups gain: the worker on PostgreSQL over itself with one command per
+    /// transaction.
+    pub postgres_over_single: Option<f64>,
+    pub postgres_over_before: Option<f64>,
+    /// p99 of the PostgreSQL worker over pgbench's.
+    pub postgres_p99_over_pgbench: Option<f64>,
 }
 
 /// The whole run, as written to results.json.
@@ -192,10 +213,10 @@ pub struct Results {
     pub started_unix: u64,
     pub points: Vec<Point>,
     pub ratios: Vec<Ratios>,
-    /// The goals at 64 connections: sled ≥ 4× postgres (many accounts), ≥ 10× (hot);
-    /// postgres ≥ 0.8× pgbench.
-    pub goal_sled_over_postgres: f64,
+    /// The goals at 64 connections: postgres ≥ 3× pgbench, with a p99 no higher; at 1
+    /// connection postgres ≥ 0.9× the build before.
     pub goal_postgres_over_pgbench: f64,
+    pub goal_postgres_over_before_at_1: f64,
 }
 
 /// Runs the bench; answers the exit code: 0, or 1 when some point's effects disagree
@@ -256,12 +277,19 @@ pub fn run(args: &StoresArgs, worker: &Path) -> Result<Results> {
     let started_unix = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let mut targets = args.targets.clone();
+    if args.before.is_some() && !targets.contains(&Target::PostgresBefore) {
+        targets.push(Target::PostgresBefore);
+    }
+    if targets.contains(&Target::PostgresBefore) && args.before.is_none() {
+        bail!("--targets postgres-before needs --before PATH: the other build to measure");
+    }
     let mut points = Vec::new();
     let repeat = args.repeat.max(1);
     for &concurrency in &args.concurrency {
-        let mut rounds: Vec<Vec<Point>> = vec![Vec::new(); args.targets.len()];
+        let mut rounds: Vec<Vec<Point>> = vec![Vec::new(); targets.len()];
         for round in 1..=repeat {
-            for (i, &target) in args.targets.iter().enumerate() {
+            for (i, &target) in targets.iter().enumerate() {
                 let label = if repeat > 1 {
                     format!(
                         "{} at {concurrency} (round {round} of {repeat})",
@@ -291,11 +319,21 @@ pub fn run(args: &StoresArgs, worker: &Path) -> Result<Results> {
                 (Some(a), Some(b)) if b > 0.0 => Some(a / b),
                 _ => None,
             };
+            let p99 = |t: Target| {
+                points
+                    .iter()
+                    .find(|p| p.target == t && p.concurrency == c)
+                    .and_then(|p| p.measured.as_ref())
+                    .map(|m| m.p99_ms)
+            };
             Ratios {
                 concurrency: c,
                 sled_over_postgres: ratio(at(Target::Sled), at(Target::Postgres)),
                 postgres_over_pgbench: ratio(at(Target::Postgres), at(Target::Pgbench)),
                 sled_over_pgbench: ratio(at(Target::Sled), at(Target::Pgbench)),
+                postgres_over_single: ratio(at(Target::Postgres), at(Target::PostgresSingle)),
+                postgres_over_before: ratio(at(Target::Postgres), at(Target::PostgresBefore)),
+                postgres_p99_over_pgbench: ratio(p99(Target::Postgres), p99(Target::Pgbench)),
             }
         })
         .collect();
@@ -311,8 +349,8 @@ pub fn run(args: &StoresArgs, worker: &Path) -> Result<Results> {
         started_unix,
         points,
         ratios,
-        goal_sled_over_postgres: if args.hot { 10.0 } else { 4.0 },
-        goal_postgres_over_pgbench: 0.8,
+        goal_postgres_over_pgbench: 3.0,
+        goal_postgres_over_before_at_1: 0.9,
     })
 }
 
@@ -327,8 +365,8 @@ fn measure_point(
 ) -> Point {
     eprintln!("bench: {label} ...");
     let measured = match target {
-        Target::Sled | Target::Postgres => http_point(args, worker, runtime, target, concurrency),
         Target::Pgbench => pgbench_point(args, concurrency),
+        _ => http_point(args, worker, runtime, target, concurrency),
     };
     match measured {
         Ok(m) => {
@@ -461,14 +499,20 @@ fn http_point(
     // Declared before the worker, so that it is dropped after it: the database goes
     // once no worker holds connections to it.
     let database = match target {
-        Target::Postgres => Some(Database::create(&args.pg_url)?),
-        _ => None,
+        Target::Sled => None,
+        _ => Some(Database::create(&args.pg_url)?),
+    };
+    let (exe, extra): (&Path, &[&str]) = match target {
+        Target::PostgresSingle => (exe, &["--pg-group-max", "1"]),
+        Target::PostgresBefore => (args.before.as_deref().unwrap_or(exe), &[]),
+        _ => (exe, &[]),
     };
     let worker = WorkerProcess::start(
         exe,
         dir.path(),
         database.as_ref().map(|d| d.url.as_str()),
         concurrency,
+        extra,
     )?;
     let shape = Shape {
         accounts: args.accounts,
@@ -571,6 +615,7 @@ impl WorkerProcess {
         dir: &Path,
         store: Option<&str>,
         concurrency: usize,
+        extra: &[&str],
     ) -> Result<WorkerProcess> {
         let log = dir.join("worker.log");
         let stderr = std::fs::File::create(&log)?;
@@ -589,6 +634,7 @@ impl WorkerProcess {
                 .env_remove("IDEM_STORE"),
         };
         let mut child = command
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -1096,18 +1142,21 @@ pub fn render_table(r: &Results) -> String {
     }
     let _ = writeln!(
         s,
-        "\n| conc | sled / postgres | postgres / pgbench | sled / pgbench |"
+        "\n| conc | sled / postgres | postgres / pgbench | sled / pgbench | postgres / postgres-single | postgres / postgres-before | p99 postgres / pgbench |"
     );
-    let _ = writeln!(s, "|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
     let x = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), |v| format!("{v:.2}×"));
     for q in &r.ratios {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             q.concurrency,
             x(q.sled_over_postgres),
             x(q.postgres_over_pgbench),
-            x(q.sled_over_pgbench)
+            x(q.sled_over_pgbench),
+            x(q.postgres_over_single),
+            x(q.postgres_over_before),
+            x(q.postgres_p99_over_pgbench)
         );
     }
     let goal = |v: Option<f64>, at_least: f64| match v {
@@ -1116,28 +1165,38 @@ pub fn render_table(r: &Results) -> String {
         None => "not measured".to_owned(),
     };
     let at64 = r.ratios.iter().find(|q| q.concurrency == 64);
-    let _ = writeln!(s, "\nGoals at 64 connections:");
+    let at1 = r.ratios.iter().find(|q| q.concurrency == 1);
+    let _ = writeln!(s, "\nGoals:");
     let _ = writeln!(
         s,
-        "- sled ≥ {}× postgres ({}): {}",
-        r.goal_sled_over_postgres,
+        "- postgres ≥ {}× pgbench at 64 connections ({}): {}",
+        r.goal_postgres_over_pgbench,
         if r.hot {
             "one hot account"
         } else {
             "many accounts"
         },
         goal(
-            at64.and_then(|q| q.sled_over_postgres),
-            r.goal_sled_over_postgres
+            at64.and_then(|q| q.postgres_over_pgbench),
+            r.goal_postgres_over_pgbench
         )
     );
     let _ = writeln!(
         s,
-        "- postgres ≥ {}× pgbench: {}",
-        r.goal_postgres_over_pgbench,
+        "- postgres p99 ≤ pgbench p99 at 64 connections: {}",
+        match at64.and_then(|q| q.postgres_p99_over_pgbench) {
+            Some(v) if v <= 1.0 => format!("{v:.2}×, met"),
+            Some(v) => format!("{v:.2}×, missed"),
+            None => "not measured".to_owned(),
+        }
+    );
+    let _ = writeln!(
+        s,
+        "- postgres ≥ {}× postgres-before at 1 connection: {}",
+        r.goal_postgres_over_before_at_1,
         goal(
-            at64.and_then(|q| q.postgres_over_pgbench),
-            r.goal_postgres_over_pgbench
+            at1.and_then(|q| q.postgres_over_before),
+            r.goal_postgres_over_before_at_1
         )
     );
     s
@@ -1169,22 +1228,28 @@ fn note(p: &Point, m: &Measured) -> String {
 pub fn plot(r: &Results, path: &Path) -> Result<()> {
     use plotters::prelude::*;
 
-    let series: Vec<(Target, Vec<(f64, f64)>)> = [Target::Sled, Target::Postgres, Target::Pgbench]
-        .into_iter()
-        .map(|t| {
-            let points = r
-                .points
-                .iter()
-                .filter(|p| p.target == t)
-                .filter_map(|p| {
-                    #[allow(clippy::cast_precision_loss)] // a concurrency is small
-                    let c = p.concurrency as f64;
-                    p.measured.as_ref().map(|m| (c, m.throughput))
-                })
-                .collect();
-            (t, points)
-        })
-        .collect();
+    let series: Vec<(Target, Vec<(f64, f64)>)> = [
+        Target::Sled,
+        Target::Postgres,
+        Target::PostgresSingle,
+        Target::PostgresBefore,
+        Target::Pgbench,
+    ]
+    .into_iter()
+    .map(|t| {
+        let points = r
+            .points
+            .iter()
+            .filter(|p| p.target == t)
+            .filter_map(|p| {
+                #[allow(clippy::cast_precision_loss)] // a concurrency is small
+                let c = p.concurrency as f64;
+                p.measured.as_ref().map(|m| (c, m.throughput))
+            })
+            .collect();
+        (t, points)
+    })
+    .collect();
     #[allow(clippy::cast_precision_loss)] // a concurrency is small
     let concurrencies: Vec<f64> = {
         let mut c: Vec<usize> = r.points.iter().map(|p| p.concurrency).collect();
@@ -1229,6 +1294,8 @@ pub fn plot(r: &Results, path: &Path) -> Result<()> {
         let colors = [
             RGBColor(0x1f, 0x77, 0xb4),
             RGBColor(0xd6, 0x27, 0x28),
+            RGBColor(0xff, 0x7f, 0x0e),
+            RGBColor(0x94, 0x67, 0xbd),
             RGBColor(0x2c, 0xa0, 0x2c),
         ];
         for ((target, points), color) in series.iter().zip(colors) {
