@@ -1,7 +1,8 @@
 //! The PostgreSQL store: the same guarantees as the sled store, kept by the
 //! database, so any number of workers on any number of hosts can share one ledger.
 //!
-//! Every command is one transaction in the shape of a hand-written idempotent handler:
+//! Commands are decided in groups (`group.rs`), each group one transaction; within it,
+//! each command in arrival order takes the shape of a hand-written idempotent handler:
 //!
 //! 1. claim: a transaction-scoped advisory lock on the key (and on the message id), held
 //!    to the commit, then read the key (and `INSERT INTO inbox … ON CONFLICT DO NOTHING`
@@ -13,15 +14,16 @@
 //! 2. if the key was there: same fingerprint → the answer rendered from its fact
 //!    (`Outcome::from_fact`, byte-identical to the first answer), another → `Reused`.
 //! 3. else lock what the decision reads (`SELECT … FOR UPDATE`), take the fact's number,
-//!    decide with the pure core (`core::decide`, the same decision as sled's), and write
-//!    the fact, the balances (guarded updates whose affected rows are checked), the key's
-//!    row with its outcome, the counters and the inbox row; then COMMIT
-//!    (synchronous_commit on) and only then answer.
+//!    decide with the pure core (`core::decide`, the same decision as sled's, on the
+//!    balances the group's earlier commands left), and write the fact, the balances
+//!    (updates checked against the decisions), the key's row with its outcome, the
+//!    counters and the inbox row; then one COMMIT for the group (synchronous_commit on)
+//!    and only then answer.
 //!
-//! The statements run inside two PL/pgSQL functions (`v3.sql`), `idem_claim_v3` (steps
-//! 1–3 up to the decision) and `idem_apply_v3` (the writes), with BEGIN and COMMIT
-//! pipelined beside them: two round trips per command instead of one per dependent
-//! statement.
+//! The statements run inside two PL/pgSQL functions (`v8.sql`) that take the group as
+//! arrays, `idem_group_claim_v8` (steps 1–3 up to the decisions) and
+//! `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined beside them: two
+//! round trips per group instead of one per dependent statement of each command.
 //!
 //! No correctness comes from this process's memory: the unique indexes, the guarded
 //! updates, the row locks and the single transaction are all in the database. What is
@@ -1168,7 +1170,7 @@ impl Store for PgStore {
     }
 
     fn failure(&self) -> Option<String> {
-        // Every command is its own transaction: a failed one leaves nothing behind that
+        // Every group is its own transaction: a failed one leaves nothing behind that
         // would stop the next, so the store never stops writing as sled's does.
         None
     }
