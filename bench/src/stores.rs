@@ -44,7 +44,8 @@ pub enum Target {
     Sled,
     /// `inbox-worker serve --store` on a fresh PostgreSQL database.
     Postgres,
-    /// The same with `--pg-group-max 1`: every command a transaction of its own.
+    /// The same with `--pg-group-max 1` and a lane per connection: every command a
+    /// transaction of its own, as many in flight as connections.
     #[serde(rename = "postgres-single")]
     PostgresSingle,
     /// The worker binary of `--before` (another build) on a fresh PostgreSQL database.
@@ -502,17 +503,18 @@ fn http_point(
         Target::Sled => None,
         _ => Some(Database::create(&args.pg_url)?),
     };
-    let (exe, extra): (&Path, &[&str]) = match target {
-        Target::PostgresSingle => (exe, &["--pg-group-max", "1"]),
-        Target::PostgresBefore => (args.before.as_deref().unwrap_or(exe), &[]),
-        _ => (exe, &[]),
+    let pool = concurrency.max(16).to_string();
+    let (exe, extra): (&Path, Vec<&str>) = match target {
+        Target::PostgresSingle => (exe, vec!["--pg-group-max", "1", "--pg-lanes", &pool]),
+        Target::PostgresBefore => (args.before.as_deref().unwrap_or(exe), Vec::new()),
+        _ => (exe, Vec::new()),
     };
     let worker = WorkerProcess::start(
         exe,
         dir.path(),
         database.as_ref().map(|d| d.url.as_str()),
         concurrency,
-        extra,
+        &extra,
     )?;
     let shape = Shape {
         accounts: args.accounts,

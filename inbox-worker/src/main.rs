@@ -124,19 +124,25 @@ struct ServeArgs {
         hide_env_values = true
     )]
     store: Option<String>,
-    /// Connections to PostgreSQL, with --store: each is a lane that decides the commands
-    /// queued on it in groups, one transaction and one commit per group.
+    /// Connections to PostgreSQL, with --store: one for each lane, the others for reads.
     #[arg(long, default_value_t = 16)]
     pg_pool: usize,
+    /// Lanes of commands, with --store (at most --pg-pool): each decides the commands
+    /// queued on it in groups, one transaction and one commit per group, one group at a
+    /// time. Fewer lanes make larger groups and cost PostgreSQL less per command; more
+    /// keep more of a large server busy.
+    #[arg(long, default_value_t = 2, env = "IDEM_PG_LANES", hide_env_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pg_lanes: u64,
     /// The most commands one PostgreSQL transaction decides, with --store; 1 gives every
     /// command a transaction of its own.
-    #[arg(long, default_value_t = 128, env = "IDEM_PG_GROUP_MAX",
+    #[arg(long, default_value_t = 128, env = "IDEM_PG_GROUP_MAX", hide_env_values = true,
           value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pg_group_max: u64,
     /// How long a PostgreSQL group stays open for more commands, counted from its first
     /// command's arrival (0: it takes what queued while the lane was busy, and a command
     /// that finds its lane idle never waits).
-    #[arg(long, default_value = "0ms", value_parser = parse_group_wait, env = "IDEM_PG_GROUP_WAIT")]
+    #[arg(long, default_value = "0ms", value_parser = parse_group_wait, env = "IDEM_PG_GROUP_WAIT", hide_env_values = true)]
     pg_group_wait: Duration,
     /// Address to listen on (port 0: one the system picks; the worker prints it). Without
     /// tokens only loopback addresses are allowed.
@@ -440,6 +446,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         db: args.db.unwrap_or_default(),
         store_url: args.store.filter(|s| !s.is_empty()),
         pg_pool: args.pg_pool.max(1),
+        pg_lanes: usize::try_from(args.pg_lanes).unwrap_or(1),
         pg_group_max: usize::try_from(args.pg_group_max).unwrap_or(1),
         pg_group_wait: args.pg_group_wait,
         amqp: args.amqp.filter(|u| !u.is_empty()).map(|url| {

@@ -119,6 +119,7 @@ pub async fn open_store(config: &ServeConfig) -> anyhow::Result<Arc<dyn Store>> 
         let options = ledger::PgConfig {
             in_flight_wait: config.api.in_flight_wait,
             pool_size: config.pg_pool,
+            lanes: config.pg_lanes,
             group_max: config.pg_group_max,
             group_wait: config.pg_group_wait,
             ..ledger::PgConfig::default()

@@ -50,8 +50,10 @@ pub struct ServeConfig {
     pub db: PathBuf,
     /// A PostgreSQL URL: the facts live there instead of the sled folder `db`.
     pub store_url: Option<String>,
-    /// Connections to PostgreSQL (with `store_url`), one lane of commands each.
+    /// Connections to PostgreSQL (with `store_url`).
     pub pg_pool: usize,
+    /// PostgreSQL groups in flight at once (lanes of commands).
+    pub pg_lanes: usize,
     /// The most commands one PostgreSQL transaction decides together.
     pub pg_group_max: usize,
     /// How long a PostgreSQL group stays open for more commands, from its first's arrival.
@@ -71,6 +73,7 @@ impl ServeConfig {
             db: db.into(),
             store_url: None,
             pg_pool: 16,
+            pg_lanes: ledger::PgConfig::default().lanes,
             pg_group_max: ledger::PgConfig::default().group_max,
             pg_group_wait: Duration::ZERO,
             amqp: None,

@@ -1,7 +1,7 @@
 //! Group commit: the commands of a lane that arrive while its previous group is in
 //! flight are decided together, in one transaction with one commit (`v8.sql`).
 //!
-//! Each process runs `PgConfig::pool_size` lanes, each a task that runs one group at a
+//! Each process runs `PgConfig::lanes` lanes, each a task that runs one group at a
 //! time on one connection. A command goes to the lane of the account it acts on (a refund:
 //! of its withdrawal's key), so a hot account's commands meet in one lane and its row is
 //! locked and written once per group. A lane takes the first command queued, then every

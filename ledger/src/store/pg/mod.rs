@@ -147,9 +147,12 @@ const ACTIVITY_MAX: usize = 65_536;
 /// How a [`PgStore`] connects, groups commands and waits.
 #[derive(Debug, Clone)]
 pub struct PgConfig {
-    /// Connections this process keeps, and lanes of commands: each lane runs one group's
-    /// transaction at a time.
+    /// Connections this process keeps: one per lane, the others for reads.
     pub pool_size: usize,
+    /// Lanes of commands (at most `pool_size`): each runs one group's transaction at a
+    /// time, so this many groups are in flight at once. Fewer lanes make larger groups,
+    /// which cost PostgreSQL less per command; more keep more of its cores and disks busy.
+    pub lanes: usize,
     /// The most commands one group (one transaction, one commit) decides; 1 runs every
     /// command in a transaction of its own.
     pub group_max: usize,
@@ -170,6 +173,7 @@ impl Default for PgConfig {
     fn default() -> Self {
         Self {
             pool_size: 16,
+            lanes: 2,
             group_max: 128,
             group_wait: Duration::ZERO,
             in_flight_wait: Duration::from_millis(5),
@@ -186,6 +190,10 @@ impl PgConfig {
     }
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {
         self.in_flight_wait = wait;
+        self
+    }
+    pub fn lanes(mut self, n: usize) -> Self {
+        self.lanes = n;
         self
     }
     pub fn group_max(mut self, n: usize) -> Self {
@@ -493,7 +501,7 @@ impl PgStore {
             .recycle_timeout(Some(options.connect_timeout))
             .build()
             .map_err(|e| LedgerError::Unavailable(format!("PostgreSQL connection pool: {e}")))?;
-        let lanes = options.pool_size;
+        let lanes = options.lanes.clamp(1, options.pool_size.max(1));
         let store = PgStore {
             inner: Arc::new_cyclic(|weak| Inner {
                 lanes: group::start_lanes(lanes, weak),

@@ -52,6 +52,9 @@ DECLARE
     wsq bigint[] := array_fill(NULL::bigint, ARRAY[n]);
     wbd bytea[] := array_fill(NULL::bytea, ARRAY[n]);
     wacc text[] := array_fill(NULL::text, ARRAY[n]);
+    refunds boolean := false;
+    locking text[] := '{}';
+    ordered integer[];
     j integer;
     v_hash bytea;
     v_seq bigint;
@@ -63,8 +66,14 @@ BEGIN
     -- The keys' claims, in the order of their locks. A lock free now costs no
     -- subtransaction; only a lock that must be waited for is waited for under the
     -- in-flight wait, in a block that catches its timeout.
-    FOR j IN SELECT x.j FROM unnest(p_client, p_key) WITH ORDINALITY AS x(c, k, j)
-             ORDER BY idem_claim_lock('k', x.c, x.k), x.j LOOP
+    -- (A group of one needs no sort, and no statement for it.)
+    IF n = 1 THEN
+        ordered := ARRAY[1];
+    ELSE
+        ordered := ARRAY(SELECT x.j FROM unnest(p_client, p_key) WITH ORDINALITY AS x(c, k, j)
+                          ORDER BY idem_claim_lock('k', x.c, x.k), x.j);
+    END IF;
+    FOREACH j IN ARRAY ordered LOOP
         IF NOT pg_try_advisory_xact_lock(idem_claim_lock('k', p_client[j], p_key[j])) THEN
             setting := set_config('lock_timeout', p_wait_ms::text, true);
             BEGIN
@@ -75,19 +84,22 @@ BEGIN
             setting := set_config('lock_timeout', p_lease_ms::text, true);
         END IF;
     END LOOP;
-    FOR j IN SELECT x.j FROM unnest(p_message) WITH ORDINALITY AS x(m, j)
-             WHERE x.m IS NOT NULL AND st[x.j] IS NULL
-             ORDER BY idem_claim_lock('m', x.m, ''), x.j LOOP
-        IF NOT pg_try_advisory_xact_lock(idem_claim_lock('m', p_message[j], '')) THEN
-            setting := set_config('lock_timeout', p_wait_ms::text, true);
-            BEGIN
-                setting := pg_advisory_xact_lock(idem_claim_lock('m', p_message[j], ''))::text;
-            EXCEPTION WHEN lock_not_available THEN
-                st[j] := 'in_flight';
-            END;
-            setting := set_config('lock_timeout', p_lease_ms::text, true);
-        END IF;
-    END LOOP;
+    -- Each statement costs an executor start: the ones a group may not need are skipped.
+    IF cardinality(array_remove(p_message, NULL)) > 0 THEN
+        FOR j IN SELECT x.j FROM unnest(p_message) WITH ORDINALITY AS x(m, j)
+                 WHERE x.m IS NOT NULL AND st[x.j] IS NULL
+                 ORDER BY idem_claim_lock('m', x.m, ''), x.j LOOP
+            IF NOT pg_try_advisory_xact_lock(idem_claim_lock('m', p_message[j], '')) THEN
+                setting := set_config('lock_timeout', p_wait_ms::text, true);
+                BEGIN
+                    setting := pg_advisory_xact_lock(idem_claim_lock('m', p_message[j], ''))::text;
+                EXCEPTION WHEN lock_not_available THEN
+                    st[j] := 'in_flight';
+                END;
+                setting := set_config('lock_timeout', p_lease_ms::text, true);
+            END IF;
+        END LOOP;
+    END IF;
     -- In arrival order: the inbox, then the key, as version 3 for one command. A message
     -- id met twice in the group is inserted by the first and read back by the second.
     FOR j IN 1..n LOOP
@@ -121,6 +133,9 @@ BEGIN
             CONTINUE;
         END IF;
         st[j] := 'claimed';
+        IF p_account[j] IS NOT NULL THEN
+            locking := locking || p_account[j];
+        END IF;
         IF p_withdrawal[j] IS NOT NULL THEN
             SELECT f.seq, f.body, f.doc ->> 'account' INTO v_seq, v_body, v_account
               FROM idempotency_keys k JOIN facts f ON f.seq = k.seq
@@ -152,6 +167,8 @@ BEGIN
                 wsq[j] := v_seq;
                 wbd[j] := v_body;
                 wacc[j] := v_account;
+                locking := locking || v_account;
+                refunds := true;
             END IF;
         END IF;
     END LOOP;
@@ -159,23 +176,23 @@ BEGIN
     -- totals, then accounts. ORDER BY comes before the row locks in a locking SELECT, so
     -- the rows are locked in that order.
     r_i := 0;
-    FOR r IN SELECT x.client, x.withdrawal, x.total FROM refunded x
-              WHERE (x.client, x.withdrawal) IN (
-                    SELECT p_client[g], p_withdrawal[g] FROM generate_series(1, n) g
-                     WHERE st[g] = 'claimed' AND wsq[g] IS NOT NULL)
-              ORDER BY x.client, x.withdrawal FOR UPDATE LOOP
-        r_state := 'refunded';
-        r_client := r.client;
-        r_name := r.withdrawal;
-        r_total := r.total;
-        RETURN NEXT;
-    END LOOP;
+    IF refunds THEN
+        FOR r IN SELECT x.client, x.withdrawal, x.total FROM refunded x
+                  WHERE (x.client, x.withdrawal) IN (
+                        SELECT p_client[g], p_withdrawal[g] FROM generate_series(1, n) g
+                         WHERE st[g] = 'claimed' AND wsq[g] IS NOT NULL)
+                  ORDER BY x.client, x.withdrawal FOR UPDATE LOOP
+            r_state := 'refunded';
+            r_client := r.client;
+            r_name := r.withdrawal;
+            r_total := r.total;
+            RETURN NEXT;
+        END LOOP;
+    END IF;
     r_client := NULL;
     r_total := NULL;
     FOR r IN SELECT a.account, a.currency, a.balance::text AS balance FROM accounts a
-              WHERE a.account = ANY (ARRAY(
-                    SELECT coalesce(p_account[g], wacc[g]) FROM generate_series(1, n) g
-                     WHERE st[g] = 'claimed'))
+              WHERE a.account = ANY (locking)
               ORDER BY a.account FOR UPDATE LOOP
         r_state := 'account';
         r_name := r.account;
@@ -230,22 +247,41 @@ DECLARE
     v_balance numeric;
     v_total bigint;
     v_rows bigint;
+    v_account text;
+    v_after text;
 BEGIN
-    FOR j IN 1..coalesce(cardinality(p_account), 0) LOOP
-        IF p_exists[j] THEN
-            UPDATE accounts SET balance = balance + p_delta[j]::numeric
-             WHERE account = p_account[j] AND currency = p_currency[j]
-            RETURNING balance INTO v_balance;
-        ELSE
-            INSERT INTO accounts (account, currency, balance)
-            VALUES (p_account[j], p_currency[j], p_delta[j]::numeric)
-            RETURNING balance INTO v_balance;
+    -- The accounts the claim locked, in one guarded statement (a row whose balance would
+    -- not end where the decisions say is not changed, and the count tells); then the new
+    -- ones, in name order.
+    IF true = ANY (p_exists) THEN
+        UPDATE accounts a SET balance = a.balance + x.d::numeric
+          FROM unnest(p_account, p_currency, p_delta, p_after, p_exists)
+               AS x(acc, cur, d, aft, ex)
+         WHERE x.ex AND a.account = x.acc AND a.currency = x.cur
+           AND a.balance + x.d::numeric = x.aft::numeric;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        IF v_rows <> cardinality(array_remove(p_exists, false)) THEN
+            SELECT x.acc, a.balance, x.aft INTO v_account, v_balance, v_after
+              FROM unnest(p_account, p_after, p_exists) AS x(acc, aft, ex)
+              LEFT JOIN accounts a ON a.account = x.acc
+             WHERE x.ex AND a.balance IS DISTINCT FROM x.aft::numeric LIMIT 1;
+            RAISE EXCEPTION '%''s balance is %, from which the decisions do not give %',
+                v_account, v_balance, v_after USING ERRCODE = 'IDM01';
         END IF;
-        IF v_balance IS DISTINCT FROM p_after[j]::numeric THEN
-            RAISE EXCEPTION '%''s balance became %, the decision gives %',
-                p_account[j], v_balance, p_after[j] USING ERRCODE = 'IDM01';
+    END IF;
+    IF false = ANY (p_exists) THEN
+        INSERT INTO accounts (account, currency, balance)
+        SELECT x.acc, x.cur, x.d::numeric
+          FROM unnest(p_account, p_currency, p_delta, p_after, p_exists)
+               WITH ORDINALITY AS x(acc, cur, d, aft, ex, o)
+         WHERE NOT x.ex AND x.d = x.aft
+         ORDER BY x.o;
+        GET DIAGNOSTICS v_rows = ROW_COUNT;
+        IF v_rows <> cardinality(array_remove(p_exists, true)) THEN
+            RAISE EXCEPTION 'a new account''s first change is not its balance'
+                USING ERRCODE = 'IDM01';
         END IF;
-    END LOOP;
+    END IF;
     FOR j IN 1..coalesce(cardinality(p_rwithdrawal), 0) LOOP
         IF p_rexists[j] THEN
             UPDATE refunded SET total = total + p_refund[j]
@@ -262,25 +298,29 @@ BEGIN
                 p_rwithdrawal[j], v_total, p_rafter[j] USING ERRCODE = 'IDM01';
         END IF;
     END LOOP;
-    INSERT INTO system_balances (account, currency, shard, balance)
-    SELECT x.a, x.c, p_shard, x.d::numeric
-      FROM unnest(p_system, p_scurrency, p_sdelta) WITH ORDINALITY AS x(a, c, d, o)
-     ORDER BY x.o
-    ON CONFLICT (account, currency, shard)
-    DO UPDATE SET balance = system_balances.balance + EXCLUDED.balance;
-    INSERT INTO counters (name, shard, n)
-    SELECT x.c, p_shard, x.n FROM unnest(p_counter, p_count) WITH ORDINALITY AS x(c, n, o)
-     ORDER BY x.o
-    ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n;
+    IF cardinality(p_system) > 0 THEN
+        INSERT INTO system_balances (account, currency, shard, balance)
+        SELECT x.a, x.c, p_shard, x.d::numeric
+          FROM unnest(p_system, p_scurrency, p_sdelta) WITH ORDINALITY AS x(a, c, d, o)
+         ORDER BY x.o
+        ON CONFLICT (account, currency, shard)
+        DO UPDATE SET balance = system_balances.balance + EXCLUDED.balance;
+    END IF;
     -- A second fact or row for a key is a unique violation: the group is run again, and
     -- finds the key.
-    INSERT INTO facts (seq, at, client, key, kind, rejection, body, doc)
-    SELECT x.s, p_at, x.c, x.k, x.kind, x.r, x.b, x.d
-      FROM unnest(p_seq, p_client, p_key, p_kind, p_rejection, p_body, p_doc)
-           AS x(s, c, k, kind, r, b, d);
-    INSERT INTO idempotency_keys (client, key, request_hash, status, created_at, seq, response)
-    SELECT x.c, x.k, x.h, 'done', p_at, x.s, x.r
-      FROM unnest(p_client, p_key, p_hash, p_seq, p_response) AS x(c, k, h, s, r);
+    IF cardinality(p_seq) > 0 THEN
+        INSERT INTO facts (seq, at, client, key, kind, rejection, body, doc)
+        SELECT x.s, p_at, x.c, x.k, x.kind, x.r, x.b, x.d
+          FROM unnest(p_seq, p_client, p_key, p_kind, p_rejection, p_body, p_doc)
+               AS x(s, c, k, kind, r, b, d);
+        INSERT INTO idempotency_keys (client, key, request_hash, status, created_at, seq, response)
+        SELECT x.c, x.k, x.h, 'done', p_at, x.s, x.r
+          FROM unnest(p_client, p_key, p_hash, p_seq, p_response) AS x(c, k, h, s, r);
+        INSERT INTO counters (name, shard, n)
+        SELECT x.c, p_shard, x.n FROM unnest(p_counter, p_count) WITH ORDINALITY AS x(c, n, o)
+         ORDER BY x.o
+        ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n;
+    END IF;
     IF coalesce(cardinality(p_message), 0) > 0 THEN
         UPDATE inbox i SET seq = x.s FROM unnest(p_message, p_message_seq) AS x(m, s)
          WHERE i.message_id = x.m;
@@ -293,6 +333,8 @@ BEGIN
     IF coalesce(cardinality(p_forget), 0) > 0 THEN
         DELETE FROM inbox WHERE message_id = ANY (p_forget) AND seq IS NULL;
     END IF;
-    INSERT INTO quarantine (at, message_id, reason, payload)
-    SELECT p_at, x.m, x.r, x.p FROM unnest(p_qmessage, p_qreason, p_qpayload) AS x(m, r, p);
+    IF cardinality(p_qmessage) > 0 THEN
+        INSERT INTO quarantine (at, message_id, reason, payload)
+        SELECT p_at, x.m, x.r, x.p FROM unnest(p_qmessage, p_qreason, p_qpayload) AS x(m, r, p);
+    END IF;
 END $$;
