@@ -285,12 +285,23 @@ impl PgStore {
         }
     }
 
-    /// Answers a committed group's commands and counts it.
+    /// Counts a committed group, then answers its commands (counted first, so that what
+    /// a client reads in the metrics after its answer includes its group).
     fn answer_group(&self, group: Vec<Queued>, decided: Decided, waited: Duration) {
         let inner = &*self.inner;
         inner.durable_seq.fetch_max(decided.seq, Ordering::SeqCst);
         inner.last_at.fetch_max(decided.at, Ordering::SeqCst);
-        let n = group.len() as u64;
+        {
+            let n = group.len() as u64;
+            let mut m = inner.metrics.lock();
+            m.batches += 1;
+            m.commands += n;
+            m.batch_size_max = m.batch_size_max.max(n);
+            m.last_batch_size = n;
+            let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+            m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
+            m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
+        }
         for (q, answer) in group.into_iter().zip(decided.answers) {
             let ck = (q.client, q.key);
             match &answer {
@@ -310,14 +321,6 @@ impl PgStore {
             }
             let _ = q.reply.send(Ok(answer));
         }
-        let mut m = inner.metrics.lock();
-        m.batches += 1;
-        m.commands += n;
-        m.batch_size_max = m.batch_size_max.max(n);
-        m.last_batch_size = n;
-        let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
-        m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
     }
 
     /// One attempt: the whole group in one transaction, in two round trips: BEGIN +
