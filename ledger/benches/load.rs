@@ -269,23 +269,26 @@ fn bench_config(path: &std::path::Path) -> SledConfig {
     config
 }
 
-/// The child of the crash-reopen measurement: fills the ledger at `path` with new keys
-/// from 64 threads until it is killed.
-fn crash_child(path: &str) {
-    let (ledger, _) = SledStore::open(bench_config(std::path::Path::new(path))).unwrap();
-    let accounts: Vec<Account> = (0..1000)
-        .map(|i| Account::parse(&format!("acct{i}")).unwrap())
-        .collect();
+/// 64 threads submitting withdrawals of new keys `PREFIX-n` (n = 0, 1, ... below `until`)
+/// over `accounts`, round robin.
+fn spawn_writers(
+    ledger: &SledStore,
+    accounts: &[Account],
+    prefix: &'static str,
+    until: u64,
+) -> Vec<std::thread::JoinHandle<()>> {
     let next = Arc::new(AtomicU64::new(0));
-    println!("ready");
-    let _writers: Vec<_> = (0..64)
+    (0..64)
         .map(|_| {
-            let (ledger, next, accounts) = (ledger.clone(), next.clone(), accounts.clone());
+            let (ledger, next, accounts) = (ledger.clone(), next.clone(), accounts.to_vec());
             std::thread::spawn(move || {
                 let client = ClientId::default_client();
                 loop {
                     let n = next.fetch_add(1, Ordering::Relaxed);
-                    let key = Key::parse(&format!("crash-{n:08}")).unwrap();
+                    if n >= until {
+                        break;
+                    }
+                    let key = Key::parse(&format!("{prefix}-{n:08}")).unwrap();
                     ledger
                         .blocking()
                         .submit(
@@ -297,7 +300,18 @@ fn crash_child(path: &str) {
                 }
             })
         })
+        .collect()
+}
+
+/// The child of the crash-reopen measurement: fills the ledger at `path` with new keys
+/// from 64 threads until it is killed.
+fn crash_child(path: &str) {
+    let (ledger, _) = SledStore::open(bench_config(std::path::Path::new(path))).unwrap();
+    let accounts: Vec<Account> = (0..1000)
+        .map(|i| Account::parse(&format!("acct{i}")).unwrap())
         .collect();
+    println!("ready");
+    let _writers = spawn_writers(&ledger, &accounts, "crash", u64::MAX);
     // The writers run until the parent kills the process.
     loop {
         std::thread::park();
@@ -429,31 +443,8 @@ fn main() {
     let (ledger, _) = SledStore::open(SledConfig::new(&path)).unwrap();
     let accounts = seed_accounts(&ledger, 1000);
     let fill = Instant::now();
-    let next = Arc::new(AtomicU64::new(0));
     let target = facts.saturating_sub(accounts.len() as u64);
-    let handles: Vec<_> = (0..64)
-        .map(|_| {
-            let (ledger, next, accounts) = (ledger.clone(), next.clone(), accounts.clone());
-            std::thread::spawn(move || {
-                let client = ClientId::default_client();
-                loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= target {
-                        break;
-                    }
-                    let key = Key::parse(&format!("ord-{n:08}")).unwrap();
-                    ledger
-                        .blocking()
-                        .submit(
-                            &client,
-                            &key,
-                            withdraw(&accounts[(n as usize) % accounts.len()]),
-                        )
-                        .unwrap();
-                }
-            })
-        })
-        .collect();
+    let handles = spawn_writers(&ledger, &accounts, "ord", target);
     for h in handles {
         h.join().unwrap();
     }
