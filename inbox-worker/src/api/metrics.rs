@@ -344,7 +344,7 @@ fn write_commits(text: &mut Exposition, commit: &CommitMetrics, kind: &str) {
     rows.push(("_count".into(), cumulative.to_string()));
     text.metric(
         "idem_commit_latency_seconds",
-        "From a command's arrival at the committer to its durable flush.",
+        "From a command's arrival at the committer to its durable answer.",
         "histogram",
         rows,
     );
