@@ -15,7 +15,7 @@ use crate::projection::{Balances, Stats};
 use crate::store::verify::VerifyReport;
 use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, message_fingerprint};
 
-use super::journal::{Group, Journal, Op};
+use super::journal::{Group, Journal};
 use super::records::{
     GROUP_KEY, InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY,
     STATS_KEY, account_key, decode, encode, fact_key, inbox_key, io_err, quarantine_key,
@@ -133,12 +133,12 @@ struct Staged {
 }
 
 /// Makes everything applied to sled so far durable in sled's own files: sled's flush, then
-/// an fdatasync of its data file. sled's flush syncs with `sync_file_range`, which flushes
-/// neither the drive's write cache nor the file's size; fdatasync does both
-/// (ARCHITECTURE.md, durability).
-pub(super) fn flush_sled(shared: &Shared) -> Result<()> {
-    shared.db.flush().map_err(io_err)?;
-    if let Some(f) = &shared.data_file {
+/// an fdatasync of its data file (`None`: syncs are off). sled's flush syncs with
+/// `sync_file_range`, which flushes neither the drive's write cache nor the file's size;
+/// fdatasync does both (ARCHITECTURE.md, durability).
+fn flush_sled(db: &sled::Db, data_file: Option<&std::fs::File>) -> Result<()> {
+    db.flush().map_err(io_err)?;
+    if let Some(f) = data_file {
         f.sync_data()
             .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
     }
@@ -178,7 +178,7 @@ impl Committer {
         tree.insert(STATEMENTS_READY_KEY, &[][..]).map_err(io_err)?;
         tree.insert(STATS_KEY, encode(&self.stats))
             .map_err(io_err)?;
-        flush_sled(&self.shared)
+        flush_sled(&self.shared.db, self.shared.data_file.as_ref())
     }
 
     /// The decider's loop; starts the syncer (which owns the journal) and stops it on
@@ -282,39 +282,14 @@ impl Committer {
         }
     }
 
-    /// A done key's fingerprint and fact, from the group in the making or a group sealed
-    /// and not yet in sled; `None`: sled decides.
-    fn written_key<'a>(
+    /// What the group in the making, or the newest sealed group not yet in sled, wrote
+    /// under one record (`get` picks it out of a group's writes); `None`: sled decides.
+    fn written<'a, T>(
         &'a self,
         staged: &'a Staged,
-        ck: &(ClientId, Key),
-    ) -> Option<&'a (Fingerprint, Fact)> {
-        staged.written.keys.get(ck).or_else(|| {
-            self.unapplied
-                .iter()
-                .rev()
-                .find_map(|(_, w)| w.keys.get(ck))
-        })
-    }
-
-    /// A withdrawal's refunded total, as [`Committer::written_key`] finds keys.
-    fn written_refunded(&self, staged: &Staged, wk: &(ClientId, Key)) -> Option<u64> {
-        staged.written.refunded.get(wk).copied().or_else(|| {
-            self.unapplied
-                .iter()
-                .rev()
-                .find_map(|(_, w)| w.refunded.get(wk).copied())
-        })
-    }
-
-    /// An inbox record's fingerprint, as [`Committer::written_key`] finds keys.
-    fn written_inbox(&self, staged: &Staged, id: &MessageId) -> Option<Fingerprint> {
-        staged.written.inbox.get(id).copied().or_else(|| {
-            self.unapplied
-                .iter()
-                .rev()
-                .find_map(|(_, w)| w.inbox.get(id).copied())
-        })
+        get: impl Fn(&'a Written) -> Option<T>,
+    ) -> Option<T> {
+        get(&staged.written).or_else(|| self.unapplied.iter().rev().find_map(|(_, w)| get(w)))
     }
 
     /// Takes one request into the batch in the making, or runs it between two batches.
@@ -478,7 +453,7 @@ impl Committer {
         command: &Command,
     ) -> Result<Option<Submission>> {
         let mfp = message_fingerprint(client, key, command);
-        let seen = match self.written_inbox(staged, message_id) {
+        let seen = match self.written(staged, |w| w.inbox.get(message_id).copied()) {
             Some(f) => Some(f),
             None => match self
                 .shared
@@ -525,7 +500,7 @@ impl Committer {
         staged: &Staged,
         ck: &(ClientId, Key),
     ) -> Result<Option<(Fingerprint, Outcome)>> {
-        if let Some((f, fact)) = self.written_key(staged, ck) {
+        if let Some((f, fact)) = self.written(staged, |w| w.keys.get(ck)) {
             return Ok(Some((*f, Outcome::from_fact(fact))));
         }
         let Some(bytes) = self
@@ -632,7 +607,7 @@ impl Committer {
         if wk == *ck || !self.shared.shard(&wk).lock().claims.contains_key(&wk) {
             return Ok(false);
         }
-        if self.written_key(staged, &wk).is_some() {
+        if self.written(staged, |w| w.keys.get(&wk)).is_some() {
             return Ok(false);
         }
         let on_disk = self
@@ -661,7 +636,7 @@ impl Committer {
             },
             Command::Refund { withdrawal, .. } => {
                 let wk = (client.clone(), withdrawal.clone());
-                let fact = match self.written_key(staged, &wk) {
+                let fact = match self.written(staged, |w| w.keys.get(&wk)) {
                     Some((_, fact)) => Some(fact.clone()),
                     None => match self
                         .shared
@@ -684,7 +659,8 @@ impl Committer {
                         currency,
                         ..
                     }) => {
-                        let refunded = match self.written_refunded(staged, &wk) {
+                        let refunded = match self.written(staged, |w| w.refunded.get(&wk).copied())
+                        {
                             Some(r) => r,
                             None => match self
                                 .shared
@@ -848,7 +824,7 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
             let Some(group) = s.group.as_ref().filter(|_| error.is_none()) else {
                 continue;
             };
-            match apply_group(&shared.tree, group) {
+            match group.apply(&shared.tree) {
                 Ok(()) => {
                     crash_point!("sync.after_apply");
                     shared.applied_group.store(group.number, Ordering::Release);
@@ -864,25 +840,32 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
             .flat_map(|(s, _)| &s.answers)
             .filter(|a| matches!(a, Pending::Command { .. }))
             .count();
-        if commands > 0 {
-            let size = u64::try_from(commands).unwrap_or(u64::MAX);
+        let journal_size = journal.stats();
+        {
             let mut m = shared.metrics.lock();
-            m.batches += 1;
-            m.commands += size;
-            m.batch_size_max = m.batch_size_max.max(size);
-            m.last_batch_size = size;
-            m.applies += sealed
-                .iter()
-                .filter(|s| {
-                    s.group.is_some()
-                        && s.answers
-                            .iter()
-                            .any(|a| matches!(a, Pending::Command { .. }))
-                })
-                .count() as u64;
-            let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-            m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
-            m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
+            m.journal_bytes = journal_size.bytes;
+            m.journal_segments = journal_size.segments as u64;
+            if commands > 0 {
+                let size = u64::try_from(commands).unwrap_or(u64::MAX);
+                m.batches += 1;
+                m.commands += size;
+                m.batch_size_max = m.batch_size_max.max(size);
+                m.last_batch_size = size;
+                m.applies += sealed
+                    .iter()
+                    .zip(&errors)
+                    .filter(|(s, e)| {
+                        e.is_none()
+                            && s.group.is_some()
+                            && s.answers
+                                .iter()
+                                .any(|a| matches!(a, Pending::Command { .. }))
+                    })
+                    .count() as u64;
+                let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+                m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
+                m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
+            }
         }
         for (s, error) in sealed.into_iter().zip(errors) {
             match error {
@@ -890,7 +873,6 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
                 None => publish(shared, s),
             }
         }
-        note_journal(shared, &journal);
         checkpoints.tick(shared, &mut journal);
     }
     checkpoints.finish(shared, &mut journal);
@@ -1023,27 +1005,6 @@ impl Checkpoints {
     }
 }
 
-/// Applies a journal group to sled's memory, one insert at a time, in the group's order.
-/// Not as one `apply_batch`: that rolls sled's I/O buffer and writes its log twice, waking
-/// sled's I/O threads each time, about as long as the journal's own sync. A crash may
-/// leave sled's disk holding part of a group, or a later group's records without an
-/// earlier one's: recovery replays every group after the last checkpoint, whose values
-/// are absolute, so what sled holds of them is overwritten. Readers never see a key
-/// record before its fact, because a group puts a fact before its key record.
-pub(super) fn apply_group(tree: &sled::Tree, group: &Group) -> sled::Result<()> {
-    for op in &group.ops {
-        match op {
-            Op::Put { key, value } => {
-                tree.insert(key.as_slice(), value.as_slice())?;
-            }
-            Op::Remove { key } => {
-                tree.remove(key.as_slice())?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// How often the checkpoint thread starts the writeback of what sled wrote since.
 const WRITEBACK_EVERY: Duration = Duration::from_millis(100);
 
@@ -1075,18 +1036,10 @@ fn checkpoint_sled(
     data_file: Option<&std::fs::File>,
     group: u64,
 ) -> Result<()> {
-    let flush = || -> Result<()> {
-        db.flush().map_err(io_err)?;
-        if let Some(f) = data_file {
-            f.sync_data()
-                .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
-        }
-        Ok(())
-    };
-    flush()?;
+    flush_sled(db, data_file)?;
     tree.insert(GROUP_KEY, &group.to_be_bytes()[..])
         .map_err(io_err)?;
-    flush()
+    flush_sled(db, data_file)
 }
 
 /// Makes a durable group visible to readers, then answers it.

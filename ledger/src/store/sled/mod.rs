@@ -40,10 +40,11 @@ use crate::store::{
 /// A named point at a commit boundary where a test can make the process die, to check that
 /// what was in flight there is all there or not there at all after reopening. With the
 /// `failpoints` feature a point is armed by `fail::cfg(name, "3*off->return")` (die at the
-/// fourth pass); without it the macro is nothing. The points: `commit.before_apply`,
-/// `commit.after_apply`, `sync.before_flush`, `sync.after_flush`, and the journal's
-/// `journal.before_write`, `journal.after_write` (written, not synced),
-/// `journal.after_sync`, `checkpoint.before_delete` and `checkpoint.after_delete`.
+/// fourth pass); without it the macro is nothing. The points, in a commit's order:
+/// `journal.before_write` (sealed, nothing written), `journal.after_write` (written, not
+/// synced), `journal.after_sync` (durable in the journal, not in sled), `sync.after_apply`
+/// (in sled's memory, nobody told); and in a checkpoint, with sled flushed,
+/// `checkpoint.before_delete` and `checkpoint.after_delete`.
 macro_rules! crash_point {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]
@@ -605,7 +606,7 @@ fn replay_journal(
     let (journal, recovery) =
         journal::Journal::open(&config.path.join(JOURNAL_DIR), options, held)?;
     for group in &recovery.groups {
-        committer::apply_group(tree, group).map_err(|e| open_err(shown, e))?;
+        group.apply(tree).map_err(|e| open_err(shown, e))?;
     }
     Ok((journal, recovery.groups.len() as u64, held))
 }

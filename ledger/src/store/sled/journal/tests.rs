@@ -999,7 +999,7 @@ fn replaying_groups_into_sled_twice_leaves_what_replaying_once_does() {
         let tree = db.open_tree("ledger").expect("a tree");
         for _ in 0..replays {
             for g in &gs {
-                tree.apply_batch(g.to_batch()).expect("applying");
+                g.apply(&tree).expect("applying");
             }
         }
         tree.iter()
@@ -1018,7 +1018,7 @@ fn replaying_groups_into_sled_twice_leaves_what_replaying_once_does() {
         .open()
         .expect("opening sled");
     for g in gs.iter().take(20).chain(&gs) {
-        db.apply_batch(g.to_batch()).expect("applying");
+        g.apply(&db).expect("applying");
     }
     let got: BTreeMap<Vec<u8>, Vec<u8>> = db
         .iter()
