@@ -33,6 +33,30 @@
 -- `r_message_claimed` says the command's message id was inserted into the inbox now.
 -- Then rows with `r_i` = 0: 'refunded' (`r_client`, `r_name` = the withdrawal, `r_total`)
 -- and 'account' (`r_name`, `r_currency`, `r_balance`), as locked.
+-- Waits for an advisory lock the caller could not take at once, at most `p_wait_ms`
+-- (exclusive, or shared with `p_shared`), then restores the lease as the lock timeout.
+-- False: the wait ran out (a twin's claim held past the in-flight wait).
+CREATE FUNCTION idem_wait_lock_v8(p_lock bigint, p_shared boolean, p_wait_ms integer,
+                                  p_lease_ms integer)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    setting text;
+    got boolean := true;
+BEGIN
+    setting := set_config('lock_timeout', p_wait_ms::text, true);
+    BEGIN
+        IF p_shared THEN
+            PERFORM pg_advisory_xact_lock_shared(p_lock);
+        ELSE
+            PERFORM pg_advisory_xact_lock(p_lock);
+        END IF;
+    EXCEPTION WHEN lock_not_available THEN
+        got := false;
+    END;
+    setting := set_config('lock_timeout', p_lease_ms::text, true);
+    RETURN got;
+END $$;
+
 CREATE FUNCTION idem_group_claim_v8(
     p_client text[], p_key text[], p_hash bytea[], p_at timestamptz, p_wait_ms integer,
     p_message text[], p_message_fp bytea[], p_withdrawal text[], p_account text[],
@@ -60,7 +84,6 @@ DECLARE
     v_seq bigint;
     v_body bytea;
     v_account text;
-    setting text;
     r record;
 BEGIN
     -- The keys' claims, in the order of their locks. A lock free now costs no
@@ -74,14 +97,10 @@ BEGIN
                           ORDER BY idem_claim_lock('k', x.c, x.k), x.j);
     END IF;
     FOREACH j IN ARRAY ordered LOOP
-        IF NOT pg_try_advisory_xact_lock(idem_claim_lock('k', p_client[j], p_key[j])) THEN
-            setting := set_config('lock_timeout', p_wait_ms::text, true);
-            BEGIN
-                setting := pg_advisory_xact_lock(idem_claim_lock('k', p_client[j], p_key[j]))::text;
-            EXCEPTION WHEN lock_not_available THEN
-                st[j] := 'in_flight';
-            END;
-            setting := set_config('lock_timeout', p_lease_ms::text, true);
+        IF NOT pg_try_advisory_xact_lock(idem_claim_lock('k', p_client[j], p_key[j]))
+           AND NOT idem_wait_lock_v8(idem_claim_lock('k', p_client[j], p_key[j]), false,
+                                     p_wait_ms, p_lease_ms) THEN
+            st[j] := 'in_flight';
         END IF;
     END LOOP;
     -- Each statement costs an executor start: the ones a group may not need are skipped.
@@ -89,14 +108,10 @@ BEGIN
         FOR j IN SELECT x.j FROM unnest(p_message) WITH ORDINALITY AS x(m, j)
                  WHERE x.m IS NOT NULL AND st[x.j] IS NULL
                  ORDER BY idem_claim_lock('m', x.m, ''), x.j LOOP
-            IF NOT pg_try_advisory_xact_lock(idem_claim_lock('m', p_message[j], '')) THEN
-                setting := set_config('lock_timeout', p_wait_ms::text, true);
-                BEGIN
-                    setting := pg_advisory_xact_lock(idem_claim_lock('m', p_message[j], ''))::text;
-                EXCEPTION WHEN lock_not_available THEN
-                    st[j] := 'in_flight';
-                END;
-                setting := set_config('lock_timeout', p_lease_ms::text, true);
+            IF NOT pg_try_advisory_xact_lock(idem_claim_lock('m', p_message[j], ''))
+               AND NOT idem_wait_lock_v8(idem_claim_lock('m', p_message[j], ''), false,
+                                         p_wait_ms, p_lease_ms) THEN
+                st[j] := 'in_flight';
             END IF;
         END LOOP;
     END IF;
@@ -143,15 +158,9 @@ BEGIN
             IF NOT FOUND THEN
                 -- The withdrawal may be in flight (version 5): wait for its claim, shared,
                 -- at most the in-flight wait, and read it again.
-                setting := set_config('lock_timeout', p_wait_ms::text, true);
-                BEGIN
-                    setting := pg_advisory_xact_lock_shared(
-                        idem_claim_lock('k', p_client[j], p_withdrawal[j]))::text;
-                EXCEPTION WHEN lock_not_available THEN
+                IF NOT idem_wait_lock_v8(idem_claim_lock('k', p_client[j], p_withdrawal[j]),
+                                         true, p_wait_ms, p_lease_ms) THEN
                     st[j] := 'in_flight';
-                END;
-                setting := set_config('lock_timeout', p_lease_ms::text, true);
-                IF st[j] = 'in_flight' THEN
                     -- Nothing of it stays: its message is delivered again.
                     IF mc[j] THEN
                         DELETE FROM inbox WHERE message_id = p_message[j];
