@@ -77,7 +77,7 @@ mod group;
 mod keys;
 mod verify;
 #[doc(hidden)]
-pub use verify::{VERIFY_LOG, VERIFY_SETTINGS};
+pub use verify::{VERIFY_FACTS, VERIFY_KEYS, VERIFY_SETTINGS};
 
 use command::{SQL_COUNT, SQL_QUARANTINE, ShardSlots, rand_offset};
 

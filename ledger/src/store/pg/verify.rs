@@ -14,18 +14,20 @@ pub(super) const SEQ_ORDER: &str = "the log's sequence numbers are unique and in
 pub const VERIFY_SETTINGS: &str = "SET LOCAL statement_timeout = 0; \
      SET LOCAL work_mem = '64MB'; \
      SET LOCAL max_parallel_workers_per_gather = 0; \
-     SET LOCAL enable_hashjoin = off; \
-     SET LOCAL enable_nestloop = off";
+     SET LOCAL jit = off";
 
-/// The log with each fact's key row and the account its statement files it under (see
-/// `fold_log`).
+/// The log in seq order, with the account its statement files each fact under (see
+/// `fold_fact`).
 #[doc(hidden)]
-pub const VERIFY_LOG: &str = "SELECT f.seq, f.client, f.key, f.body, k.seq IS NOT NULL, \
-        k.client = f.client AND k.key = f.key, \
-        k.status, k.request_hash, k.response_digest, \
-        CASE WHEN f.kind <> 'CommandRejected' THEN f.doc ->> 'account' END \
-     FROM facts f LEFT JOIN idempotency_keys k ON k.seq = f.seq \
-     ORDER BY f.seq";
+pub const VERIFY_FACTS: &str = "SELECT seq, client, key, body, \
+        CASE WHEN kind <> 'CommandRejected' THEN doc ->> 'account' END \
+     FROM facts ORDER BY seq";
+
+/// The key rows sorted by the seq they point at, read beside the log on a second session
+/// and merged with it (see `merge_keys`); a pending key (no seq) sorts last.
+#[doc(hidden)]
+pub const VERIFY_KEYS: &str = "SELECT seq, client, key, status, request_hash, response_digest \
+     FROM idempotency_keys ORDER BY seq";
 
 /// The log folded in seq order, and the report so far.
 #[derive(Default)]
@@ -44,8 +46,9 @@ struct Fold {
 #[derive(Default)]
 struct KeyChecks {
     r: Report,
-    /// Facts whose key row points at them: with the count of key rows, what tells a key
-    /// row without its fact.
+    /// Key rows read: with `keyed`, what tells a key row without its fact.
+    rows: u64,
+    /// Facts whose key row points at them.
     keyed: u64,
     expired: u64,
     /// A fact whose key row points elsewhere (or nowhere) was seen: look for keys with two
@@ -55,12 +58,14 @@ struct KeyChecks {
     text: String,
 }
 
-/// Facts handed to the key checks at a time, and batches in flight: enough to keep both
-/// threads busy, little enough to stay a few megabytes.
-const KEY_BATCH: usize = 512;
-const KEY_BATCHES_IN_FLIGHT: usize = 8;
+/// Rows fetched from a portal at a time, and batches in flight between the reads and
+/// the checks: enough to keep both threads and both sessions busy, little enough to stay
+/// a few megabytes.
+const FETCH_ROWS: i32 = 2048;
+const BATCHES_IN_FLIGHT: usize = 4;
 
 type Tx<'a> = deadpool_postgres::Transaction<'a>;
+type Batches<T> = tokio::sync::mpsc::Receiver<Vec<T>>;
 
 impl PgStore {
     /// Rebuilds every projection from the log, in one snapshot, and checks each guarantee
@@ -68,20 +73,34 @@ impl PgStore {
     pub(super) async fn verify_now(&self) -> Result<VerifyReport> {
         let mut conn = self.conn().await?;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
-        let tx = conn
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(pg)?;
-        // The log is read in seq order beside the key rows sorted by the seq they point at:
-        // a merge of two ordered inputs that yields its first row once the key rows are
-        // sorted, in memory where they fit. A hash join would need the whole result sorted
-        // again; parallel workers would take the core the fold runs on.
-        tx.batch_execute(VERIFY_SETTINGS).await.map_err(pg)?;
+        let tx = snapshot(&mut conn, None).await?;
+        // The key rows are read on a second session in the same snapshot, so the server
+        // reads and sends the log and the key rows on two backends at once. Only a
+        // session free at once is taken: a verify never waits on the pool for it, and
+        // without one both reads share the first session.
+        let mut timeouts = self.inner.pool.timeouts();
+        timeouts.wait = Some(Duration::ZERO);
+        let mut second = self.inner.pool.timeout_get(&timeouts).await.ok();
+        let id: Option<String> = match second {
+            Some(_) => Some(
+                tx.query_one("SELECT pg_export_snapshot()", &[])
+                    .await
+                    .map_err(pg)
+                    .and_then(|row| get(&row, 0))?,
+            ),
+            None => None,
+        };
+        let beside = match (second.as_mut(), id.as_deref()) {
+            (Some(conn), Some(id)) => Some(snapshot(conn, Some(id)).await?),
+            _ => None,
+        };
         let mut fold = Fold::default();
-        let keys = self.fold_log(&tx, &mut fold).await?;
+        let keys = self
+            .fold_log(&tx, beside.as_ref().unwrap_or(&tx), &mut fold)
+            .await?;
+        if let Some(beside) = beside {
+            let _ = beside.rollback().await;
+        }
         self.check_key_rows(&tx, &mut fold, keys).await?;
         self.check_stored_balances(&tx, &mut fold).await?;
         self.check_refunded(&tx, &mut fold).await?;
@@ -109,61 +128,47 @@ impl PgStore {
         })
     }
 
-    /// The log in seq order, each fact beside the row of its own key, streamed as the
-    /// server sends it: each fact decoded once, checked against its key row and against
-    /// the fold of the facts before it. Returns what the key checks found.
-    async fn fold_log(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
-        use futures_util::TryStreamExt as _;
-        let pg = |e: tokio_postgres::Error| pg_err(&e);
-        let rows = tx
-            .query_raw(VERIFY_LOG, std::iter::empty::<i64>())
-            .await
-            .map_err(pg)?;
-        let (to_checks, mut batches) =
-            tokio::sync::mpsc::channel::<Vec<(Row, Fact)>>(KEY_BATCHES_IN_FLIGHT);
-        let checker = tokio::task::spawn_blocking(move || {
-            let mut keys = KeyChecks::default();
-            while let Some(batch) = batches.blocking_recv() {
-                for (row, fact) in &batch {
-                    check_key_row(row, fact, &mut keys)?;
+    /// The log in seq order, streamed as the server sends it: each fact decoded once and
+    /// checked against the fold of the facts before it, then handed to the key checks,
+    /// which merge it with the key rows read from `keys_tx` in the same order. Returns
+    /// what the key checks found.
+    async fn fold_log(&self, tx: &Tx<'_>, keys_tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
+        use tokio::sync::mpsc::channel;
+        let (facts_out, mut facts) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (keys_out, keys) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (to_checks, checked) = channel::<Vec<Fact>>(BATCHES_IN_FLIGHT);
+        let checker = tokio::task::spawn_blocking(move || merge_keys(checked, keys));
+        let folding = async move {
+            while let Some(rows) = facts.recv().await {
+                let mut batch = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    if let Some(fact) = self.fold_fact(row, fold)? {
+                        batch.push(fact);
+                    }
                 }
-            }
-            Ok::<_, LedgerError>(keys)
-        });
-        let mut rows = std::pin::pin!(rows);
-        let mut batch = Vec::with_capacity(KEY_BATCH);
-        while let Some(row) = rows.try_next().await.map_err(pg)? {
-            if let Some(fact) = self.fold_fact(&row, fold)? {
-                batch.push((row, fact));
-            }
-            if batch.len() >= KEY_BATCH {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(KEY_BATCH));
-                if to_checks.send(full).await.is_err() {
+                if to_checks.send(batch).await.is_err() {
                     // The checker stopped on an error, which its result below reports.
                     break;
                 }
             }
-        }
-        if !batch.is_empty() {
-            let _ = to_checks.send(batch).await;
-        }
-        drop(to_checks);
+            Ok::<_, LedgerError>(())
+        };
+        tokio::try_join!(
+            pump(tx, VERIFY_FACTS, facts_out),
+            pump(keys_tx, VERIFY_KEYS, keys_out),
+            folding
+        )?;
         checker
             .await
             .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))?
     }
 
     /// Folds one row's fact; returns it for the key checks, or `None` when the row was
-    /// reported instead (a second key row for one fact, a body that does not decode).
+    /// reported instead (a body that does not decode).
     fn fold_fact(&self, row: &Row, fold: &mut Fold) -> Result<Option<Fact>> {
         let r = &mut fold.r;
         let seq: i64 = get(row, 0)?;
         let prev = fold.prev;
-        if prev == Some(seq) && get::<bool>(row, 4)? {
-            // The join meets a fact once per key row pointing at it.
-            r.add(checks::KEY_FACT, format!("two key rows point at seq {seq}"));
-            return Ok(None);
-        }
         if prev.is_some_and(|p| seq <= p) || seq < 1 {
             r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
         }
@@ -189,7 +194,7 @@ impl PgStore {
         // The statements' index (v7.sql) files a fact under its `doc`'s account unless its
         // `kind` is a rejection: a row whose columns disagree with its body would be
         // missing from its account's statement, or listed in another's.
-        let filed: Option<&str> = get(row, 9)?;
+        let filed: Option<&str> = get(row, 4)?;
         let line = crate::projection::statement_line(&fact);
         if filed != line.map(|l| l.account.as_str()) {
             fold.r.add(
@@ -211,16 +216,12 @@ impl PgStore {
     /// with two facts, looked for only when a fact was found without its key row.
     async fn check_key_rows(&self, tx: &Tx<'_>, fold: &mut Fold, keys: KeyChecks) -> Result<()> {
         let pg = |e: tokio_postgres::Error| pg_err(&e);
-        let rows: i64 = tx
-            .query_one("SELECT count(*) FROM idempotency_keys", &[])
-            .await
-            .map_err(pg)
-            .and_then(|row| get(&row, 0))?;
+        let rows = keys.rows;
         fold.r.absorb(keys.r);
         for _ in 0..keys.expired {
             fold.stats.expire_one();
         }
-        if u64::try_from(rows).ok() != Some(keys.keyed) {
+        if rows != keys.keyed {
             let orphans = tx
                 .query(
                     "SELECT k.client, k.key, k.status, k.seq FROM idempotency_keys k \
@@ -332,12 +333,117 @@ impl PgStore {
     }
 }
 
+/// Starts verify's read-only snapshot on `conn`: a new one, or the one another session
+/// exported (`id`), so that two sessions read the same instant.
+async fn snapshot<'a>(conn: &'a mut deadpool_postgres::Object, id: Option<&str>) -> Result<Tx<'a>> {
+    let pg = |e: tokio_postgres::Error| pg_err(&e);
+    let tx = conn
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(pg)?;
+    if let Some(id) = id {
+        // The id comes from the server's pg_export_snapshot; quoted as a literal anyway.
+        let id = id.replace('\'', "''");
+        tx.batch_execute(&format!("SET TRANSACTION SNAPSHOT '{id}'"))
+            .await
+            .map_err(pg)?;
+    }
+    tx.batch_execute(VERIFY_SETTINGS).await.map_err(pg)?;
+    Ok(tx)
+}
+
+/// Reads `sql` through a portal, a batch at a time, into `out` until it ends or `out` is
+/// closed. A portal, not a stream, so that two reads can share one session: each fetch
+/// is one bounded request, answered whatever the other read is waiting for.
+async fn pump(tx: &Tx<'_>, sql: &str, out: tokio::sync::mpsc::Sender<Vec<Row>>) -> Result<()> {
+    let pg = |e: tokio_postgres::Error| pg_err(&e);
+    let portal = tx.bind(sql, &[]).await.map_err(pg)?;
+    loop {
+        let rows = tx.query_portal(&portal, FETCH_ROWS).await.map_err(pg)?;
+        let last = rows.len() < usize::try_from(FETCH_ROWS).unwrap_or(usize::MAX);
+        if !rows.is_empty() && out.send(rows).await.is_err() {
+            // The reader stopped on an error of its own.
+            return Ok(());
+        }
+        if last {
+            return Ok(());
+        }
+    }
+}
+
+/// The key rows in the order of the seq they point at, one row looked ahead.
+struct KeyRows {
+    batches: Batches<Row>,
+    batch: std::vec::IntoIter<Row>,
+    ahead: Option<Row>,
+}
+
+impl KeyRows {
+    /// The seq the next row points at: `None` when the rows are done, `Some(None)` for a
+    /// pending key's row (they sort last).
+    fn peek(&mut self) -> Result<Option<Option<i64>>> {
+        if self.ahead.is_none() {
+            self.ahead = self.batch.next();
+            while self.ahead.is_none() {
+                let Some(next) = self.batches.blocking_recv() else {
+                    return Ok(None);
+                };
+                self.batch = next.into_iter();
+                self.ahead = self.batch.next();
+            }
+        }
+        self.ahead.as_ref().map(|row| get(row, 0)).transpose()
+    }
+
+    fn take(&mut self, keys: &mut KeyChecks) -> Option<Row> {
+        keys.rows += u64::from(self.ahead.is_some());
+        self.ahead.take()
+    }
+}
+
+/// The facts the fold hands over, in seq order, merged with the key rows sorted by the
+/// seq they point at: each fact meets the key rows pointing at it. A key row that meets
+/// no fact is counted and found again by `check_key_rows`.
+fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>) -> Result<KeyChecks> {
+    let mut keys = KeyChecks::default();
+    let mut rows = KeyRows {
+        batches,
+        batch: Vec::new().into_iter(),
+        ahead: None,
+    };
+    while let Some(batch) = facts.blocking_recv() {
+        for fact in &batch {
+            let seq = i64::try_from(fact.seq).unwrap_or(i64::MAX);
+            while matches!(rows.peek()?, Some(Some(s)) if s < seq) {
+                rows.take(&mut keys);
+            }
+            let row = match rows.peek()? {
+                Some(Some(s)) if s == seq => rows.take(&mut keys),
+                _ => None,
+            };
+            check_key_row(row.as_ref(), fact, &mut keys)?;
+            while rows.peek()? == Some(Some(seq)) {
+                rows.take(&mut keys);
+                keys.r
+                    .add(checks::KEY_FACT, format!("two key rows point at seq {seq}"));
+            }
+        }
+    }
+    while rows.peek()?.is_some() {
+        rows.take(&mut keys);
+    }
+    Ok(keys)
+}
+
 /// A fact against the row of its key, read beside it: the row points at this fact,
 /// remembers its command, and holds the answer the fact gives (or none, once expired).
-fn check_key_row(row: &Row, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
+fn check_key_row(row: Option<&Row>, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
     let r = &mut keys.r;
     let (c, k) = (&fact.client, &fact.key);
-    if !get::<bool>(row, 4)? {
+    let Some(row) = row else {
         keys.misfiled = true;
         r.add(
             checks::KEY_FACT,
@@ -347,8 +453,9 @@ fn check_key_row(row: &Row, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
             ),
         );
         return Ok(());
-    }
-    if get::<Option<bool>>(row, 5)? != Some(true) {
+    };
+    let (row_client, row_key): (&str, &str) = (get(row, 1)?, get(row, 2)?);
+    if row_client != c.as_str() || row_key != k.as_str() {
         keys.misfiled = true;
         r.add(
             checks::KEY_FACT,
@@ -359,9 +466,9 @@ fn check_key_row(row: &Row, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
         );
         return Ok(());
     }
-    let status: &str = get(row, 6)?;
+    let status: &str = get(row, 3)?;
     keys.keyed += 1;
-    let hash: &[u8] = get(row, 7)?;
+    let hash: &[u8] = get(row, 4)?;
     if hash != fact.body.command_fingerprint().0 {
         r.add(
             checks::SAME_ANSWER,
@@ -371,7 +478,7 @@ fn check_key_row(row: &Row, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
             ),
         );
     }
-    let stored: Option<&[u8]> = get(row, 8)?;
+    let stored: Option<&[u8]> = get(row, 5)?;
     match (status, stored) {
         ("done", Some(stored)) => {
             if stored != response_digest(&Outcome::from_fact(fact), &mut keys.text) {
