@@ -1604,6 +1604,146 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// verify reads the log and the key rows on two sessions when the pool has a second
+    /// one free, and through two portals of one session when it has not. With a pool of
+    /// one, each row changed behind the store's back is still found under the guarantee
+    /// it breaks, and the ledger is clean again once the change is undone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn verify_on_one_session_finds_what_two_find() {
+        let Some(env) = env("postgres_only::verify_on_one_session_finds_what_two_find").await
+        else {
+            return;
+        };
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let (store, _) = PgStore::open(&db.url, env.rules(), PgConfig::default().pool_size(1))
+            .await
+            .unwrap();
+        let store: Arc<dyn Store> = Arc::new(store);
+        // More facts than one fetch of a portal, so the two reads take turns on the session.
+        for i in 0..2_500 {
+            executed(submit(&store, &format!("d-{i}"), deposit("alice", 5, rub())).await);
+        }
+        executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        executed(submit(&store, "r-1", refund("w-1", 30)).await);
+        assert_eq!(assert_verified(&store).await.facts, 2_502);
+        let admin = session(&db.url).await;
+        admin
+            .batch_execute("CREATE TABLE public.keys_copy AS SELECT * FROM idem.idempotency_keys")
+            .await
+            .unwrap();
+        let restore = "DELETE FROM idem.idempotency_keys; \
+            INSERT INTO idem.idempotency_keys (client, key, request_hash, status, response, created_at, seq) \
+            SELECT client, key, request_hash, status, response, created_at, seq FROM public.keys_copy";
+        let answer = "every key answers with its own fact";
+        let key_fact = "every done key has its fact and every fact its key";
+        let cases = [
+            (
+                "a stored response with another seq",
+                "UPDATE idem.idempotency_keys SET response = jsonb_set(response, '{seq}', '999') \
+                 WHERE key = 'd-2400'",
+                answer,
+            ),
+            (
+                "another command's fingerprint",
+                "UPDATE idem.idempotency_keys SET request_hash = \
+                 (SELECT request_hash FROM idem.idempotency_keys WHERE key = 'w-1') \
+                 WHERE key = 'r-1'",
+                answer,
+            ),
+            (
+                "a fact whose key row is gone",
+                "DELETE FROM idem.idempotency_keys WHERE key = 'd-2100'",
+                key_fact,
+            ),
+            (
+                "a key row pointing at another key's fact",
+                "UPDATE idem.idempotency_keys SET seq = \
+                 (SELECT seq FROM idem.facts WHERE key = 'd-7') WHERE key = 'd-2300'",
+                key_fact,
+            ),
+            (
+                "a key row pointing at no fact",
+                "UPDATE idem.idempotency_keys SET seq = 99999 WHERE key = 'd-3'",
+                key_fact,
+            ),
+        ];
+        for (what, change, guarantee) in cases {
+            admin.batch_execute(change).await.unwrap();
+            let report = store.verify().await.unwrap();
+            assert!(
+                report.violations.iter().any(|v| v.guarantee == guarantee),
+                "{what}: expected [{guarantee}], got {report}"
+            );
+            admin.batch_execute(restore).await.unwrap();
+            assert_verified(&store).await;
+        }
+        close(store).await;
+        env.finish().await;
+    }
+
+    /// The two sessions of a verify read one snapshot: while commands commit and sweeps
+    /// expire keys all along, every verify finds each fact's key row, each key row's fact,
+    /// and the counters of that same instant (a key row read later than the log would
+    /// be expired where the counters are not).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn verify_beside_commits_reads_one_instant_on_both_sessions() {
+        let Some((env, store, _other)) =
+            with_alice("postgres_only::verify_beside_commits_reads_one_instant_on_both_sessions")
+                .await
+        else {
+            return;
+        };
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let running = || !stop.load(std::sync::atomic::Ordering::Relaxed);
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let (store, stop) = (store.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let mut n = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let k = format!("c-{w}-{n}");
+                        executed(submit(&store, &k, deposit("bob", 1, rub())).await);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let sweeper = {
+            let (store, stop, clock) = (store.clone(), stop.clone(), env.clock.clone());
+            tokio::spawn(async move {
+                let mut expired = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    clock.advance_ms(25 * HOUR_MS);
+                    expired += store.sweep().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                expired
+            })
+        };
+        let mut seen = Vec::new();
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            seen.push(assert_verified(&store).await.keys_expired);
+        }
+        assert!(running());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut written = 0;
+        for w in writers {
+            written += w.await.unwrap();
+        }
+        assert!(sweeper.await.unwrap() > 0, "the sweeps expired nothing");
+        assert!(
+            seen.windows(2).any(|p| p[0] < p[1]),
+            "keys expired while verify read: {seen:?}"
+        );
+        assert_eq!(assert_verified(&store).await.facts, written + 1);
+        close(store).await;
+        env.finish().await;
+    }
+
     /// An attempt that ends while its transaction is open (here: the account's row is
     /// locked by a session that outlives the lease) rolls back before its connection is
     /// used again: with a pool of one connection, the next command runs on that same

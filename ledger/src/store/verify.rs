@@ -7,7 +7,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::Serialize;
 
-use crate::domain::{ClientId, Currency, Key};
+use crate::domain::{Account, ClientId, Currency, Key};
 use crate::fact::{Fact, FactBody};
 use crate::projection::Balances;
 
@@ -167,19 +167,65 @@ impl Hasher for DigestHasher {
     }
 }
 
+/// What a fact's check needs of the balances folded before it.
+pub(crate) trait BalanceOf {
+    fn balance_of(&self, account: &Account, currency: Currency) -> Option<i128>;
+}
+
+impl BalanceOf for Balances {
+    fn balance_of(&self, account: &Account, currency: Currency) -> Option<i128> {
+        self.get(account, currency)
+    }
+}
+
+/// Balances folded with account names hashed rather than ordered: a fold looks accounts up
+/// three times per fact, and the string comparisons down an ordered map were a tenth of
+/// the client's time in a PostgreSQL verify. Ordered once, at the end.
+#[derive(Default)]
+pub(crate) struct HashedBalances {
+    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
+}
+
+impl HashedBalances {
+    /// As [`Balances::apply`].
+    pub(crate) fn apply(&mut self, fact: &Fact) {
+        for (account, currency, delta) in crate::projection::legs(fact) {
+            // The account's name is copied only the first time it is seen.
+            let per_currency = match self.accounts.get_mut(account) {
+                Some(p) => p,
+                None => self.accounts.entry(account.clone()).or_default(),
+            };
+            let balance = per_currency.entry(currency).or_insert(0);
+            *balance = balance.saturating_add(delta);
+        }
+    }
+
+    pub(crate) fn into_balances(self) -> Balances {
+        Balances {
+            accounts: self.accounts.into_iter().collect(),
+        }
+    }
+}
+
+impl BalanceOf for HashedBalances {
+    fn balance_of(&self, account: &Account, currency: Currency) -> Option<i128> {
+        self.accounts.get(account)?.get(&currency).copied()
+    }
+}
+
 /// Checks one fact against the fold of the facts before it: the balance it claims, no
 /// overdraft, and refund bounds. `withdrawals` maps (client, withdrawal key) to (amount
 /// withdrawn, refunded so far).
 pub(crate) fn check_fold(
     r: &mut Report,
     fact: &Fact,
-    before: &Balances,
+    before: &impl BalanceOf,
     withdrawals: &mut Withdrawals,
 ) {
     let mut after = None;
     for (account, currency, delta) in crate::projection::legs(fact) {
         if !account.is_system() {
-            after = Some(before.get(account, currency).unwrap_or(0) + delta);
+            after = Some(before.balance_of(account, currency).unwrap_or(0) + delta);
         }
     }
     let claimed = match &fact.body {

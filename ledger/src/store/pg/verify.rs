@@ -33,7 +33,9 @@ pub const VERIFY_KEYS: &str = "SELECT seq, client, key, status, request_hash, re
 #[derive(Default)]
 struct Fold {
     r: Report,
-    balances: Balances,
+    /// The balances as the log is folded, then (`ordered`) once it is.
+    balances: checks::HashedBalances,
+    ordered: Balances,
     stats: Stats,
     withdrawals: checks::Withdrawals,
     facts: u64,
@@ -101,6 +103,7 @@ impl PgStore {
         if let Some(beside) = beside {
             let _ = beside.rollback().await;
         }
+        fold.ordered = std::mem::take(&mut fold.balances).into_balances();
         self.check_key_rows(&tx, &mut fold, keys).await?;
         self.check_stored_balances(&tx, &mut fold).await?;
         self.check_refunded(&tx, &mut fold).await?;
@@ -112,7 +115,7 @@ impl PgStore {
         }
         let Fold {
             r,
-            balances,
+            ordered: balances,
             stats,
             facts,
             ..
@@ -287,7 +290,7 @@ impl PgStore {
                 ),
             }
         }
-        checks::check_balances(&mut fold.r, &fold.balances, &stored);
+        checks::check_balances(&mut fold.r, &fold.ordered, &stored);
         Ok(())
     }
 
