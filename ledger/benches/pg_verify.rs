@@ -123,9 +123,10 @@ async fn session<'a>(
     tx
 }
 
-/// The floor: the rows verify reads, on two sessions in one snapshot as verify reads them,
-/// only counted. Returns the rows of the log and of the key rows, and the seconds.
-async fn bare_read(url: &str) -> (u64, u64, f64) {
+/// The floor: the rows verify reads, as it reads them on `sessions` sessions (one query,
+/// or two in one snapshot), only counted. Returns the rows of the log and of the key rows
+/// (the log's rows that carry one, on one session), and the seconds.
+async fn bare_read(url: &str, sessions: usize) -> (u64, u64, f64) {
     let connect = || async {
         let (client, conn) = tokio_postgres::connect(url, NoTls).await.unwrap();
         tokio::spawn(conn);
@@ -134,6 +135,16 @@ async fn bare_read(url: &str) -> (u64, u64, f64) {
     let (mut first, mut second) = (connect().await, connect().await);
     let t = Instant::now();
     let tx = session(&mut first, None).await;
+    if sessions < 2 {
+        let rows = count_rows(&tx, ledger::store::pg::VERIFY_LOG).await;
+        let keys: i64 = tx
+            .query_one("SELECT count(*) FROM idempotency_keys", &[])
+            .await
+            .unwrap()
+            .get(0);
+        tx.rollback().await.unwrap();
+        return (rows, keys as u64, t.elapsed().as_secs_f64());
+    }
     let id: String = tx
         .query_one("SELECT pg_export_snapshot()", &[])
         .await
@@ -171,31 +182,46 @@ fn cpu_secs() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
-/// Three verifies, each beside a bare read of the same rows.
-async fn measure(store: &PgStore, url: &str, facts: u64) {
+/// Opens the ledger at `url` twice: verifying on one session and on two.
+async fn stores(url: &str) -> [(usize, PgStore); 2] {
+    let open = |sessions: usize| async move {
+        let config = PgConfig::default().verify_sessions(sessions);
+        let (store, _) = PgStore::open(url, rules(), config).await.unwrap();
+        (sessions, store)
+    };
+    [open(1).await, open(2).await]
+}
+
+/// Three rounds; in each, a verify on one session and on two, each beside a bare read of
+/// the rows it asks for, read as it reads them.
+async fn measure(url: &str, facts: u64) {
     println!(
-        "| run | verify s | verify facts/s | client CPU µs/fact | bare read s | bare facts/s | \
-         client CPU µs/fact | ratio |"
+        "| run | sessions | verify s | verify facts/s | client CPU µs/fact | bare read s | \
+         bare facts/s | client CPU µs/fact | ratio |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let stores = stores(url).await;
     for run in 1..=3 {
-        let (t, cpu) = (Instant::now(), cpu_secs());
-        let report = store.verify().await.unwrap();
-        let (secs, verify_cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
-        assert!(report.ok(), "verify found violations: {report:?}");
-        assert_eq!(report.facts, facts);
-        let cpu = cpu_secs();
-        let (rows, keys, bare) = bare_read(url).await;
-        let bare_cpu = cpu_secs() - cpu;
-        assert_eq!((rows, keys), (facts, facts));
-        let (rate, bare_rate) = (facts as f64 / secs, facts as f64 / bare);
-        let per = |cpu: f64| cpu * 1e6 / facts as f64;
-        println!(
-            "| {run} | {secs:.3} | {rate:.0} | {:.2} | {bare:.3} | {bare_rate:.0} | {:.2} | {:.2} |",
-            per(verify_cpu),
-            per(bare_cpu),
-            rate / bare_rate
-        );
+        for (sessions, store) in &stores {
+            let (t, cpu) = (Instant::now(), cpu_secs());
+            let report = store.verify().await.unwrap();
+            let (secs, verify_cpu) = (t.elapsed().as_secs_f64(), cpu_secs() - cpu);
+            assert!(report.ok(), "verify found violations: {report:?}");
+            assert_eq!(report.facts, facts);
+            let cpu = cpu_secs();
+            let (rows, keys, bare) = bare_read(url, *sessions).await;
+            let bare_cpu = cpu_secs() - cpu;
+            assert_eq!((rows, keys), (facts, facts));
+            let (rate, bare_rate) = (facts as f64 / secs, facts as f64 / bare);
+            let per = |cpu: f64| cpu * 1e6 / facts as f64;
+            println!(
+                "| {run} | {sessions} | {secs:.3} | {rate:.0} | {:.2} | {bare:.3} | {bare_rate:.0} | \
+                 {:.2} | {:.2} |",
+                per(verify_cpu),
+                per(bare_cpu),
+                rate / bare_rate
+            );
+        }
     }
 }
 
@@ -213,7 +239,8 @@ async fn main() {
             .await
             .unwrap();
         let facts = store.stats().await.unwrap().last_seq;
-        measure(&store, &url, facts).await;
+        drop(store);
+        measure(&url, facts).await;
         return;
     }
     let db = PgTestDb::create("pg_verify bench", "idem_bench_verify")
@@ -246,8 +273,8 @@ async fn main() {
         tokio::spawn(conn);
         c.batch_execute("VACUUM ANALYZE").await.unwrap();
     }
-    measure(&store, &db.url, facts).await;
     drop(store);
+    measure(&db.url, facts).await;
     if std::env::var("IDEM_BENCH_PG_KEEP").is_ok() {
         println!("kept {}", db.url);
         std::mem::forget(db);

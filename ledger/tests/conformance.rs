@@ -1604,30 +1604,32 @@ mod postgres_only {
         env.finish().await;
     }
 
-    /// verify reads the log and the key rows on two sessions when the pool has a second
-    /// one free, and through two portals of one session when it has not. With a pool of
-    /// one, each row changed behind the store's back is still found under the guarantee
-    /// it breaks, and the ledger is clean again once the change is undone.
+    /// On one session verify merges the log with the key rows in one query; on two it
+    /// reads the log on one and the key rows on the other, in one snapshot, and merges
+    /// them itself. Either way, on a log longer than one fetch, each row changed behind
+    /// the store's back is found under the guarantee it breaks, and the ledger is clean
+    /// again once the change is undone.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn verify_on_one_session_finds_what_two_find() {
-        let Some(env) = env("postgres_only::verify_on_one_session_finds_what_two_find").await
+    async fn verify_on_one_session_and_on_two_finds_rows_changed_behind_its_back() {
+        let Some(env) = env(
+            "postgres_only::verify_on_one_session_and_on_two_finds_rows_changed_behind_its_back",
+        )
+        .await
         else {
             return;
         };
-        let Backing::Pg(db) = &env.backing else {
-            unreachable!()
-        };
-        let (store, _) = PgStore::open(&db.url, env.rules(), PgConfig::default().pool_size(1))
-            .await
-            .unwrap();
-        let store: Arc<dyn Store> = Arc::new(store);
-        // More facts than one fetch of a portal, so the two reads take turns on the session.
+        let store = env.open().await;
+        let two = two_sessions(&env).await;
+        // More facts than one fetch of a portal, so the merge crosses batches.
         for i in 0..2_500 {
             executed(submit(&store, &format!("d-{i}"), deposit("alice", 5, rub())).await);
         }
         executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
         executed(submit(&store, "r-1", refund("w-1", 30)).await);
         assert_eq!(assert_verified(&store).await.facts, 2_502);
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
         let admin = session(&db.url).await;
         admin
             .batch_execute("CREATE TABLE public.keys_copy AS SELECT * FROM idem.idempotency_keys")
@@ -1669,18 +1671,33 @@ mod postgres_only {
                 key_fact,
             ),
         ];
+        assert_eq!(assert_verified(&two).await.facts, 2_502);
         for (what, change, guarantee) in cases {
             admin.batch_execute(change).await.unwrap();
-            let report = store.verify().await.unwrap();
-            assert!(
-                report.violations.iter().any(|v| v.guarantee == guarantee),
-                "{what}: expected [{guarantee}], got {report}"
-            );
+            for (sessions, store) in [(1, &store), (2, &two)] {
+                let report = store.verify().await.unwrap();
+                assert!(
+                    report.violations.iter().any(|v| v.guarantee == guarantee),
+                    "{what}, on {sessions} sessions: expected [{guarantee}], got {report}"
+                );
+            }
             admin.batch_execute(restore).await.unwrap();
             assert_verified(&store).await;
+            assert_verified(&two).await;
         }
+        close(two).await;
         close(store).await;
         env.finish().await;
+    }
+
+    /// The test's store, verifying on two sessions.
+    async fn two_sessions(env: &Env) -> Arc<dyn Store> {
+        let Backing::Pg(db) = &env.backing else {
+            unreachable!()
+        };
+        let config = PgConfig::default().verify_sessions(2);
+        let (store, _) = PgStore::open(&db.url, env.rules(), config).await.unwrap();
+        Arc::new(store)
     }
 
     /// The two sessions of a verify read one snapshot: while commands commit and sweeps
@@ -1689,12 +1706,13 @@ mod postgres_only {
     /// be expired where the counters are not).
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn verify_beside_commits_reads_one_instant_on_both_sessions() {
-        let Some((env, store, _other)) =
-            with_alice("postgres_only::verify_beside_commits_reads_one_instant_on_both_sessions")
-                .await
+        let Some(env) =
+            env("postgres_only::verify_beside_commits_reads_one_instant_on_both_sessions").await
         else {
             return;
         };
+        let store = two_sessions(&env).await;
+        executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let running = || !stop.load(std::sync::atomic::Ordering::Relaxed);
         let writers: Vec<_> = (0..3)

@@ -77,7 +77,7 @@ mod group;
 mod keys;
 mod verify;
 #[doc(hidden)]
-pub use verify::{VERIFY_FACTS, VERIFY_KEYS, VERIFY_SETTINGS};
+pub use verify::{VERIFY_FACTS, VERIFY_KEYS, VERIFY_LOG, VERIFY_SETTINGS};
 
 use command::{SQL_COUNT, SQL_QUARANTINE, ShardSlots, rand_offset};
 
@@ -167,6 +167,12 @@ pub struct PgConfig {
     pub schema: String,
     /// How long opening a connection may take, unless the URL says otherwise.
     pub connect_timeout: Duration,
+    /// Sessions `verify` reads with. 1: one query merges the log with the key rows on the
+    /// server, the least CPU in all. 2: the log and the key rows are read on two sessions
+    /// in one snapshot and merged by the client, so the server works on two backends at
+    /// once, which is faster when the server has cores of its own to spare and slower
+    /// when it shares the client's (BENCHMARKS.md, "Verify on PostgreSQL").
+    pub verify_sessions: usize,
 }
 
 impl Default for PgConfig {
@@ -179,6 +185,7 @@ impl Default for PgConfig {
             in_flight_wait: Duration::from_millis(5),
             schema: "idem".into(),
             connect_timeout: Duration::from_secs(5),
+            verify_sessions: 1,
         }
     }
 }
@@ -186,6 +193,10 @@ impl Default for PgConfig {
 impl PgConfig {
     pub fn pool_size(mut self, n: usize) -> Self {
         self.pool_size = n;
+        self
+    }
+    pub fn verify_sessions(mut self, n: usize) -> Self {
+        self.verify_sessions = n;
         self
     }
     pub fn in_flight_wait(mut self, wait: Duration) -> Self {

@@ -14,7 +14,22 @@ pub(super) const SEQ_ORDER: &str = "the log's sequence numbers are unique and in
 pub const VERIFY_SETTINGS: &str = "SET LOCAL statement_timeout = 0; \
      SET LOCAL work_mem = '64MB'; \
      SET LOCAL max_parallel_workers_per_gather = 0; \
+     SET LOCAL enable_hashjoin = off; \
+     SET LOCAL enable_nestloop = off; \
      SET LOCAL jit = off";
+
+/// On one session: the log with each fact's key row and the account its statement files
+/// it under. The columns of `VERIFY_FACTS`, then those of `VERIFY_KEYS` (all null for a
+/// fact no key row points at).
+#[doc(hidden)]
+pub const VERIFY_LOG: &str = "SELECT f.seq, f.client, f.key, f.body, \
+        CASE WHEN f.kind <> 'CommandRejected' THEN f.doc ->> 'account' END, \
+        k.seq, k.client, k.key, k.status, k.request_hash, k.response_digest \
+     FROM facts f LEFT JOIN idempotency_keys k ON k.seq = f.seq \
+     ORDER BY f.seq";
+
+/// Where a key row's columns start in a row of `VERIFY_LOG`.
+const JOINED: usize = 5;
 
 /// The log in seq order, with the account its statement files each fact under (see
 /// `fold_fact`).
@@ -76,13 +91,16 @@ impl PgStore {
         let mut conn = self.conn().await?;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
         let tx = snapshot(&mut conn, None).await?;
-        // The key rows are read on a second session in the same snapshot, so the server
-        // reads and sends the log and the key rows on two backends at once. Only a
-        // session free at once is taken: a verify never waits on the pool for it, and
-        // without one both reads share the first session.
-        let mut timeouts = self.inner.pool.timeouts();
-        timeouts.wait = Some(Duration::ZERO);
-        let mut second = self.inner.pool.timeout_get(&timeouts).await.ok();
+        // With two sessions, the key rows are read on the second in the same snapshot, so
+        // the server reads and sends the log and the key rows on two backends at once.
+        // Only a session free at once is taken: a verify never waits on the pool for it,
+        // and without one it reads as on one session.
+        let mut second = None;
+        if self.inner.options.verify_sessions >= 2 {
+            let mut timeouts = self.inner.pool.timeouts();
+            timeouts.wait = Some(Duration::ZERO);
+            second = self.inner.pool.timeout_get(&timeouts).await.ok();
+        }
         let id: Option<String> = match second {
             Some(_) => Some(
                 tx.query_one("SELECT pg_export_snapshot()", &[])
@@ -97,11 +115,20 @@ impl PgStore {
             _ => None,
         };
         let mut fold = Fold::default();
-        let keys = self
-            .fold_log(&tx, beside.as_ref().unwrap_or(&tx), &mut fold)
-            .await?;
-        if let Some(beside) = beside {
-            let _ = beside.rollback().await;
+        let mut keys = self.fold_log(&tx, beside.as_ref(), &mut fold).await?;
+        match beside {
+            Some(beside) => {
+                let _ = beside.rollback().await;
+            }
+            // The merge met only the key rows that point at a fact; count them all.
+            None => {
+                let rows: i64 = tx
+                    .query_one("SELECT count(*) FROM idempotency_keys", &[])
+                    .await
+                    .map_err(pg)
+                    .and_then(|row| get(&row, 0))?;
+                keys.rows = u64::try_from(rows).unwrap_or(0);
+            }
         }
         fold.ordered = std::mem::take(&mut fold.balances).into_balances();
         self.check_key_rows(&tx, &mut fold, keys).await?;
@@ -133,34 +160,62 @@ impl PgStore {
 
     /// The log in seq order, streamed as the server sends it: each fact decoded once and
     /// checked against the fold of the facts before it, then handed to the key checks,
-    /// which merge it with the key rows read from `keys_tx` in the same order. Returns
-    /// what the key checks found.
-    async fn fold_log(&self, tx: &Tx<'_>, keys_tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
+    /// which merge it with the key rows in the same order: read on `beside`, or on one
+    /// session joined to the log's rows, which the fold passes on. Returns what the key
+    /// checks found.
+    async fn fold_log(
+        &self,
+        tx: &Tx<'_>,
+        beside: Option<&Tx<'_>>,
+        fold: &mut Fold,
+    ) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
-        let (facts_out, mut facts) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (log_out, mut log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
         let (keys_out, keys) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
         let (to_checks, checked) = channel::<Vec<Fact>>(BATCHES_IN_FLIGHT);
-        let checker = tokio::task::spawn_blocking(move || merge_keys(checked, keys));
+        let joined = beside.is_none();
+        let from = if joined { JOINED } else { 0 };
+        let checker = tokio::task::spawn_blocking(move || merge_keys(checked, keys, from));
+        let (sql, forward) = match beside {
+            Some(_) => (VERIFY_FACTS, None),
+            None => (VERIFY_LOG, Some(keys_out.clone())),
+        };
+        let keys_read = async {
+            match beside {
+                Some(beside) => pump(beside, VERIFY_KEYS, keys_out).await,
+                None => Ok(()),
+            }
+        };
         let folding = async move {
-            while let Some(rows) = facts.recv().await {
+            while let Some(rows) = log.recv().await {
                 let mut batch = Vec::with_capacity(rows.len());
                 for row in &rows {
-                    if let Some(fact) = self.fold_fact(row, fold)? {
+                    // The join meets a fact once per key row pointing at it: the fact is
+                    // folded once, and the key checks meet every row.
+                    let again = joined
+                        && fold.prev == Some(get(row, 0)?)
+                        && get::<Option<i64>>(row, JOINED)?.is_some();
+                    if !again && let Some(fact) = self.fold_fact(row, fold)? {
                         batch.push(fact);
                     }
                 }
+                // The checker stopped on an error if a send fails, which its result below
+                // reports.
                 if to_checks.send(batch).await.is_err() {
-                    // The checker stopped on an error, which its result below reports.
                     break;
+                }
+                if let Some(forward) = &forward {
+                    let keyed = rows
+                        .into_iter()
+                        .filter(|row| get::<Option<i64>>(row, JOINED).is_ok_and(|s| s.is_some()));
+                    if forward.send(keyed.collect()).await.is_err() {
+                        break;
+                    }
                 }
             }
             Ok::<_, LedgerError>(())
         };
-        tokio::try_join!(
-            pump(tx, VERIFY_FACTS, facts_out),
-            pump(keys_tx, VERIFY_KEYS, keys_out),
-            folding
-        )?;
+        tokio::try_join!(pump(tx, sql, log_out), keys_read, folding)?;
         checker
             .await
             .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))?
@@ -379,6 +434,8 @@ async fn pump(tx: &Tx<'_>, sql: &str, out: tokio::sync::mpsc::Sender<Vec<Row>>) 
 
 /// The key rows in the order of the seq they point at, one row looked ahead.
 struct KeyRows {
+    /// Where a row's key columns start.
+    from: usize,
     batches: Batches<Row>,
     batch: std::vec::IntoIter<Row>,
     ahead: Option<Row>,
@@ -398,7 +455,10 @@ impl KeyRows {
                 self.ahead = self.batch.next();
             }
         }
-        self.ahead.as_ref().map(|row| get(row, 0)).transpose()
+        self.ahead
+            .as_ref()
+            .map(|row| get(row, self.from))
+            .transpose()
     }
 
     fn take(&mut self, keys: &mut KeyChecks) -> Option<Row> {
@@ -410,9 +470,10 @@ impl KeyRows {
 /// The facts the fold hands over, in seq order, merged with the key rows sorted by the
 /// seq they point at: each fact meets the key rows pointing at it. A key row that meets
 /// no fact is counted and found again by `check_key_rows`.
-fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>) -> Result<KeyChecks> {
+fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>, from: usize) -> Result<KeyChecks> {
     let mut keys = KeyChecks::default();
     let mut rows = KeyRows {
+        from,
         batches,
         batch: Vec::new().into_iter(),
         ahead: None,
@@ -427,7 +488,7 @@ fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>) -> Result<KeyChec
                 Some(Some(s)) if s == seq => rows.take(&mut keys),
                 _ => None,
             };
-            check_key_row(row.as_ref(), fact, &mut keys)?;
+            check_key_row(row.as_ref().map(|row| (row, from)), fact, &mut keys)?;
             while rows.peek()? == Some(Some(seq)) {
                 rows.take(&mut keys);
                 keys.r
@@ -443,10 +504,11 @@ fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>) -> Result<KeyChec
 
 /// A fact against the row of its key, read beside it: the row points at this fact,
 /// remembers its command, and holds the answer the fact gives (or none, once expired).
-fn check_key_row(row: Option<&Row>, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
+/// `row` is the key row and where its columns start.
+fn check_key_row(row: Option<(&Row, usize)>, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
     let r = &mut keys.r;
     let (c, k) = (&fact.client, &fact.key);
-    let Some(row) = row else {
+    let Some((row, from)) = row else {
         keys.misfiled = true;
         r.add(
             checks::KEY_FACT,
@@ -457,7 +519,7 @@ fn check_key_row(row: Option<&Row>, fact: &Fact, keys: &mut KeyChecks) -> Result
         );
         return Ok(());
     };
-    let (row_client, row_key): (&str, &str) = (get(row, 1)?, get(row, 2)?);
+    let (row_client, row_key): (&str, &str) = (get(row, from + 1)?, get(row, from + 2)?);
     if row_client != c.as_str() || row_key != k.as_str() {
         keys.misfiled = true;
         r.add(
@@ -469,9 +531,9 @@ fn check_key_row(row: Option<&Row>, fact: &Fact, keys: &mut KeyChecks) -> Result
         );
         return Ok(());
     }
-    let status: &str = get(row, 3)?;
+    let status: &str = get(row, from + 3)?;
     keys.keyed += 1;
-    let hash: &[u8] = get(row, 4)?;
+    let hash: &[u8] = get(row, from + 4)?;
     if hash != fact.body.command_fingerprint().0 {
         r.add(
             checks::SAME_ANSWER,
@@ -481,7 +543,7 @@ fn check_key_row(row: Option<&Row>, fact: &Fact, keys: &mut KeyChecks) -> Result
             ),
         );
     }
-    let stored: Option<&[u8]> = get(row, 5)?;
+    let stored: Option<&[u8]> = get(row, from + 5)?;
     match (status, stored) {
         ("done", Some(stored)) => {
             if stored != response_digest(&Outcome::from_fact(fact), &mut keys.text) {
