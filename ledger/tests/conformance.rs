@@ -1620,7 +1620,7 @@ mod postgres_only {
         };
         let store = env.open().await;
         let two = two_sessions(&env).await;
-        // More facts than one fetch of a portal, so the merge crosses batches.
+        // More facts than one batch of rows, so the checks cross batches.
         for i in 0..2_500 {
             executed(submit(&store, &format!("d-{i}"), deposit("alice", 5, rub())).await);
         }

@@ -18,28 +18,30 @@ pub const VERIFY_SETTINGS: &str = "SET LOCAL statement_timeout = 0; \
      SET LOCAL enable_nestloop = off; \
      SET LOCAL jit = off";
 
-/// On one session: the log with each fact's key row and the account its statement files
-/// it under. The columns of `VERIFY_FACTS`, then those of `VERIFY_KEYS` (all null for a
-/// fact no key row points at).
+/// On one session: the log with each fact's key row, compared by the join, and the
+/// account its statement files it under. The columns of `VERIFY_FACTS`, then whether a
+/// key row points at the fact, whether it is the fact's own key's, and the key row's
+/// status, fingerprint and answer's digest.
 #[doc(hidden)]
 pub const VERIFY_LOG: &str = "SELECT f.seq, f.client, f.key, f.body, \
         CASE WHEN f.kind <> 'CommandRejected' THEN f.doc ->> 'account' END, \
-        k.seq, k.client, k.key, k.status, k.request_hash, k.response_digest \
+        k.seq IS NOT NULL, k.client = f.client AND k.key = f.key, \
+        k.status, k.request_hash, k.response_digest \
      FROM facts f LEFT JOIN idempotency_keys k ON k.seq = f.seq \
      ORDER BY f.seq";
 
-/// Where a key row's columns start in a row of `VERIFY_LOG`.
+/// Where the key row's columns start in a row of `VERIFY_LOG`.
 const JOINED: usize = 5;
 
-/// The log in seq order, with the account its statement files each fact under (see
-/// `fold_fact`).
+/// On two sessions, the first: the log in seq order, with the account its statement
+/// files each fact under (see `fold_fact`).
 #[doc(hidden)]
 pub const VERIFY_FACTS: &str = "SELECT seq, client, key, body, \
         CASE WHEN kind <> 'CommandRejected' THEN doc ->> 'account' END \
      FROM facts ORDER BY seq";
 
-/// The key rows sorted by the seq they point at, read beside the log on a second session
-/// and merged with it (see `merge_keys`); a pending key (no seq) sorts last.
+/// On two sessions, the second: the key rows sorted by the seq they point at, merged with
+/// the log by the client (see `merge_keys`); a pending key (no seq) sorts last.
 #[doc(hidden)]
 pub const VERIFY_KEYS: &str = "SELECT seq, client, key, status, request_hash, response_digest \
      FROM idempotency_keys ORDER BY seq";
@@ -75,10 +77,10 @@ struct KeyChecks {
     text: String,
 }
 
-/// Rows fetched from a portal at a time, and batches in flight between the reads and
-/// the checks: enough to keep both threads and both sessions busy, little enough to stay
-/// a few megabytes.
-const FETCH_ROWS: i32 = 2048;
+/// Rows handed on at a time, and batches in flight between the reads and the checks:
+/// enough to keep both threads (and both sessions) busy, little enough to stay a few
+/// megabytes.
+const BATCH_ROWS: usize = 1024;
 const BATCHES_IN_FLIGHT: usize = 4;
 
 type Tx<'a> = deadpool_postgres::Transaction<'a>;
@@ -115,12 +117,15 @@ impl PgStore {
             _ => None,
         };
         let mut fold = Fold::default();
-        let mut keys = self.fold_log(&tx, beside.as_ref(), &mut fold).await?;
+        let mut keys = match &beside {
+            Some(beside) => self.fold_beside(&tx, beside, &mut fold).await?,
+            None => self.fold_joined(&tx, &mut fold).await?,
+        };
         match beside {
             Some(beside) => {
                 let _ = beside.rollback().await;
             }
-            // The merge met only the key rows that point at a fact; count them all.
+            // The join met only the key rows that point at a fact; count them all.
             None => {
                 let rows: i64 = tx
                     .query_one("SELECT count(*) FROM idempotency_keys", &[])
@@ -158,64 +163,86 @@ impl PgStore {
         })
     }
 
-    /// The log in seq order, streamed as the server sends it: each fact decoded once and
-    /// checked against the fold of the facts before it, then handed to the key checks,
-    /// which merge it with the key rows in the same order: read on `beside`, or on one
-    /// session joined to the log's rows, which the fold passes on. Returns what the key
+    /// On one session: the log in seq order, each fact beside the row of its own key,
+    /// as the join meets them: each fact decoded once and checked against the fold of the
+    /// facts before it, then, with its key row, handed to the key checks on a thread of
+    /// their own. Returns what the key checks found.
+    async fn fold_joined(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
+        use tokio::sync::mpsc::channel;
+        let (log_out, mut log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (to_checks, mut checked) = channel::<Vec<(Row, Fact)>>(BATCHES_IN_FLIGHT);
+        let checker = tokio::task::spawn_blocking(move || {
+            let mut keys = KeyChecks::default();
+            while let Some(batch) = checked.blocking_recv() {
+                for (row, fact) in &batch {
+                    check_key_row(KeyRow::joined(row)?, fact, &mut keys)?;
+                }
+            }
+            Ok::<_, LedgerError>(keys)
+        });
+        let folding = async move {
+            while let Some(rows) = log.recv().await {
+                let mut batch = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let seq: i64 = get(&row, 0)?;
+                    if fold.prev == Some(seq) && get::<bool>(&row, JOINED)? {
+                        // The join meets a fact once per key row pointing at it.
+                        let detail = format!("two key rows point at seq {seq}");
+                        fold.r.add(checks::KEY_FACT, detail);
+                        continue;
+                    }
+                    if let Some(fact) = self.fold_fact(&row, fold)? {
+                        batch.push((row, fact));
+                    }
+                }
+                if to_checks.send(batch).await.is_err() {
+                    // The checker stopped on an error, which its result below reports.
+                    break;
+                }
+            }
+            Ok::<_, LedgerError>(())
+        };
+        tokio::try_join!(pump(tx, VERIFY_LOG, log_out), folding)?;
+        checker
+            .await
+            .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))?
+    }
+
+    /// On two sessions: the log read on `tx`, each fact decoded once and checked against
+    /// the fold of the facts before it, then handed to the key checks, which merge the
+    /// facts with the key rows read on `beside` in the same order. Returns what the key
     /// checks found.
-    async fn fold_log(
+    async fn fold_beside(
         &self,
         tx: &Tx<'_>,
-        beside: Option<&Tx<'_>>,
+        beside: &Tx<'_>,
         fold: &mut Fold,
     ) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
         let (log_out, mut log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
         let (keys_out, keys) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
         let (to_checks, checked) = channel::<Vec<Fact>>(BATCHES_IN_FLIGHT);
-        let joined = beside.is_none();
-        let from = if joined { JOINED } else { 0 };
-        let checker = tokio::task::spawn_blocking(move || merge_keys(checked, keys, from));
-        let (sql, forward) = match beside {
-            Some(_) => (VERIFY_FACTS, None),
-            None => (VERIFY_LOG, Some(keys_out.clone())),
-        };
-        let keys_read = async {
-            match beside {
-                Some(beside) => pump(beside, VERIFY_KEYS, keys_out).await,
-                None => Ok(()),
-            }
-        };
+        let checker = tokio::task::spawn_blocking(move || merge_keys(checked, keys));
         let folding = async move {
             while let Some(rows) = log.recv().await {
                 let mut batch = Vec::with_capacity(rows.len());
                 for row in &rows {
-                    // The join meets a fact once per key row pointing at it: the fact is
-                    // folded once, and the key checks meet every row.
-                    let again = joined
-                        && fold.prev == Some(get(row, 0)?)
-                        && get::<Option<i64>>(row, JOINED)?.is_some();
-                    if !again && let Some(fact) = self.fold_fact(row, fold)? {
+                    if let Some(fact) = self.fold_fact(row, fold)? {
                         batch.push(fact);
                     }
                 }
-                // The checker stopped on an error if a send fails, which its result below
-                // reports.
                 if to_checks.send(batch).await.is_err() {
+                    // The checker stopped on an error, which its result below reports.
                     break;
-                }
-                if let Some(forward) = &forward {
-                    let keyed = rows
-                        .into_iter()
-                        .filter(|row| get::<Option<i64>>(row, JOINED).is_ok_and(|s| s.is_some()));
-                    if forward.send(keyed.collect()).await.is_err() {
-                        break;
-                    }
                 }
             }
             Ok::<_, LedgerError>(())
         };
-        tokio::try_join!(pump(tx, sql, log_out), keys_read, folding)?;
+        tokio::try_join!(
+            pump(tx, VERIFY_FACTS, log_out),
+            pump(beside, VERIFY_KEYS, keys_out),
+            folding
+        )?;
         checker
             .await
             .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))?
@@ -413,29 +440,34 @@ async fn snapshot<'a>(conn: &'a mut deadpool_postgres::Object, id: Option<&str>)
     Ok(tx)
 }
 
-/// Reads `sql` through a portal, a batch at a time, into `out` until it ends or `out` is
-/// closed. A portal, not a stream, so that two reads can share one session: each fetch
-/// is one bounded request, answered whatever the other read is waiting for.
+/// Streams the rows of `sql` into `out` in batches, until they end or `out` is closed.
 async fn pump(tx: &Tx<'_>, sql: &str, out: tokio::sync::mpsc::Sender<Vec<Row>>) -> Result<()> {
+    use futures_util::TryStreamExt as _;
     let pg = |e: tokio_postgres::Error| pg_err(&e);
-    let portal = tx.bind(sql, &[]).await.map_err(pg)?;
-    loop {
-        let rows = tx.query_portal(&portal, FETCH_ROWS).await.map_err(pg)?;
-        let last = rows.len() < usize::try_from(FETCH_ROWS).unwrap_or(usize::MAX);
-        if !rows.is_empty() && out.send(rows).await.is_err() {
-            // The reader stopped on an error of its own.
-            return Ok(());
-        }
-        if last {
-            return Ok(());
+    let rows = tx
+        .query_raw(sql, std::iter::empty::<i64>())
+        .await
+        .map_err(pg)?;
+    let mut rows = std::pin::pin!(rows);
+    let mut batch = Vec::with_capacity(BATCH_ROWS);
+    while let Some(row) = rows.try_next().await.map_err(pg)? {
+        batch.push(row);
+        if batch.len() >= BATCH_ROWS {
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+            if out.send(full).await.is_err() {
+                // The reader stopped on an error of its own.
+                return Ok(());
+            }
         }
     }
+    if !batch.is_empty() {
+        let _ = out.send(batch).await;
+    }
+    Ok(())
 }
 
 /// The key rows in the order of the seq they point at, one row looked ahead.
 struct KeyRows {
-    /// Where a row's key columns start.
-    from: usize,
     batches: Batches<Row>,
     batch: std::vec::IntoIter<Row>,
     ahead: Option<Row>,
@@ -455,10 +487,7 @@ impl KeyRows {
                 self.ahead = self.batch.next();
             }
         }
-        self.ahead
-            .as_ref()
-            .map(|row| get(row, self.from))
-            .transpose()
+        self.ahead.as_ref().map(|row| get(row, 0)).transpose()
     }
 
     fn take(&mut self, keys: &mut KeyChecks) -> Option<Row> {
@@ -470,10 +499,9 @@ impl KeyRows {
 /// The facts the fold hands over, in seq order, merged with the key rows sorted by the
 /// seq they point at: each fact meets the key rows pointing at it. A key row that meets
 /// no fact is counted and found again by `check_key_rows`.
-fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>, from: usize) -> Result<KeyChecks> {
+fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>) -> Result<KeyChecks> {
     let mut keys = KeyChecks::default();
     let mut rows = KeyRows {
-        from,
         batches,
         batch: Vec::new().into_iter(),
         ahead: None,
@@ -488,7 +516,11 @@ fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>, from: usize) -> R
                 Some(Some(s)) if s == seq => rows.take(&mut keys),
                 _ => None,
             };
-            check_key_row(row.as_ref().map(|row| (row, from)), fact, &mut keys)?;
+            let row = row
+                .as_ref()
+                .map(|row| KeyRow::read(row, fact))
+                .transpose()?;
+            check_key_row(row, fact, &mut keys)?;
             while rows.peek()? == Some(Some(seq)) {
                 rows.take(&mut keys);
                 keys.r
@@ -502,13 +534,48 @@ fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>, from: usize) -> R
     Ok(keys)
 }
 
-/// A fact against the row of its key, read beside it: the row points at this fact,
-/// remembers its command, and holds the answer the fact gives (or none, once expired).
-/// `row` is the key row and where its columns start.
-fn check_key_row(row: Option<(&Row, usize)>, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
+/// A key row as its checks read it, from either read.
+struct KeyRow<'a> {
+    /// The row is the fact's own key's.
+    same_key: bool,
+    status: &'a str,
+    hash: &'a [u8],
+    stored: Option<&'a [u8]>,
+}
+
+impl<'a> KeyRow<'a> {
+    /// A row of `VERIFY_KEYS`, whose key is compared with the fact's here.
+    fn read(row: &'a Row, fact: &Fact) -> Result<Self> {
+        let (client, key): (&str, &str) = (get(row, 1)?, get(row, 2)?);
+        Ok(Self {
+            same_key: client == fact.client.as_str() && key == fact.key.as_str(),
+            status: get(row, 3)?,
+            hash: get(row, 4)?,
+            stored: get(row, 5)?,
+        })
+    }
+
+    /// The key row in a row of `VERIFY_LOG`, compared by the join; `None` if no key row
+    /// points at the fact.
+    fn joined(row: &'a Row) -> Result<Option<Self>> {
+        if !get::<bool>(row, JOINED)? {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            same_key: get::<Option<bool>>(row, JOINED + 1)? == Some(true),
+            status: get(row, JOINED + 2)?,
+            hash: get(row, JOINED + 3)?,
+            stored: get(row, JOINED + 4)?,
+        }))
+    }
+}
+
+/// A fact against the row of its key: the row points at this fact, remembers its
+/// command, and holds the answer the fact gives (or none, once expired).
+fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> Result<()> {
     let r = &mut keys.r;
     let (c, k) = (&fact.client, &fact.key);
-    let Some((row, from)) = row else {
+    let Some(row) = row else {
         keys.misfiled = true;
         r.add(
             checks::KEY_FACT,
@@ -519,8 +586,7 @@ fn check_key_row(row: Option<(&Row, usize)>, fact: &Fact, keys: &mut KeyChecks) 
         );
         return Ok(());
     };
-    let (row_client, row_key): (&str, &str) = (get(row, from + 1)?, get(row, from + 2)?);
-    if row_client != c.as_str() || row_key != k.as_str() {
+    if !row.same_key {
         keys.misfiled = true;
         r.add(
             checks::KEY_FACT,
@@ -531,10 +597,9 @@ fn check_key_row(row: Option<(&Row, usize)>, fact: &Fact, keys: &mut KeyChecks) 
         );
         return Ok(());
     }
-    let status: &str = get(row, from + 3)?;
+    let status = row.status;
     keys.keyed += 1;
-    let hash: &[u8] = get(row, from + 4)?;
-    if hash != fact.body.command_fingerprint().0 {
+    if row.hash != fact.body.command_fingerprint().0 {
         r.add(
             checks::SAME_ANSWER,
             format!(
@@ -543,8 +608,7 @@ fn check_key_row(row: Option<(&Row, usize)>, fact: &Fact, keys: &mut KeyChecks) 
             ),
         );
     }
-    let stored: Option<&[u8]> = get(row, from + 5)?;
-    match (status, stored) {
+    match (status, row.stored) {
         ("done", Some(stored)) => {
             if stored != response_digest(&Outcome::from_fact(fact), &mut keys.text) {
                 r.add(
