@@ -1,6 +1,7 @@
 //! `cargo bench -p ledger --bench pg_verify`: how fast `verify` reads a PostgreSQL ledger,
-//! beside the floor under it measured in the same run: the same server streaming the same
-//! rows to a client that only counts them.
+//! on one session and on two, each beside the floor under it measured in the same run: the
+//! same server streaming the same rows, read the same way, to a client that only counts
+//! them.
 //! IDEM_BENCH_FACTS (default 100,000) sets the ledger's size; IDEM_PG_URL the server.
 //! IDEM_BENCH_PG_KEEP=1 keeps the filled database and prints its URL; IDEM_BENCH_PG_URL
 //! measures an existing ledger instead of filling a new one.
