@@ -647,9 +647,9 @@ impl Committer {
             });
             let b = entry.entry(currency).or_insert(0);
             *b = b.saturating_add(delta);
-            staged
-                .group
-                .put(account_key(account, currency), b.to_be_bytes().to_vec());
+            // Its record is put once per group, at the seal: nearly every command moves
+            // a system account too, whose balance would be put (and inserted into sled)
+            // once per command.
         }
         if let FactBody::RefundRecorded {
             withdrawal,
@@ -827,6 +827,16 @@ impl Committer {
         stats.observed = self.shared.observed();
         group.number = self.next_group;
         group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
+        // Each account's balances as the group leaves them, once: values are absolute, so
+        // one put per account holds what a put per movement would.
+        for (account, per) in &accounts {
+            for (currency, balance) in per {
+                group.put(
+                    account_key(account, *currency),
+                    balance.to_be_bytes().to_vec(),
+                );
+            }
+        }
         group.put(STATS_KEY, encode(&*stats));
         self.next_group += 1;
         for (account, per) in &accounts {
