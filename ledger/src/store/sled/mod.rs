@@ -546,9 +546,7 @@ impl SledStore {
         } else {
             queued
         };
-        if let Err(crossbeam_channel::SendError(Request::Command(queued))) =
-            self.send(Request::Command(queued))
-        {
+        if let Some(Request::Command(queued)) = self.send(Request::Command(queued)) {
             self.shared.release(&queued.ck, queued.token);
             (queued.reply)(Err(LedgerError::Closed));
         }
@@ -561,14 +559,12 @@ impl SledStore {
     }
 
     /// Sends to the decider, counted while queued: a leader never overtakes a request
-    /// queued before it.
-    fn send(&self, request: Request) -> Result<(), crossbeam_channel::SendError<Request>> {
+    /// queued before it. Gives the request back when the committer has stopped.
+    fn send(&self, request: Request) -> Option<Request> {
         self.lead.sending();
-        let sent = self.tx.send(request);
-        if sent.is_err() {
-            self.lead.unsent();
-        }
-        sent
+        let crossbeam_channel::SendError(unsent) = self.tx.send(request).err()?;
+        self.lead.unsent();
+        Some(unsent)
     }
 
     /// Stops the committer after what was submitted before, until the guard is dropped:
