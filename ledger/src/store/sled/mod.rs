@@ -1,10 +1,11 @@
-//! The sled store: the only module that touches sled. One committer thread owns every
-//! write: it gathers concurrent commands into one batch on one tree, decides each with the
-//! pure core, writes facts, key records and projections in one atomic `apply_batch`,
-//! flushes (plus an fdatasync), and only then answers. See ARCHITECTURE.md.
+//! The sled store: the only module that touches sled. One committer owns every write: it
+//! gathers concurrent commands into one group, decides each with the pure core, writes the
+//! group to the journal with one write and one fdatasync, applies it to sled's memory, and
+//! only then answers. See ARCHITECTURE.md.
 //!
-//! - [`committer`]: the committer thread (deciding and staging batches) and the syncer
-//!   (flushing, publishing, answering).
+//! - [`committer`]: the decider thread (deciding and staging groups), the syncer thread
+//!   (journal, sled, publishing, answering), and the leader path that does both on a
+//!   blocking caller's thread when they are idle.
 //! - [`journal`]: the journal's record format, appends, checkpoints and recovery.
 //! - [`keys`]: claims of keys in flight, the answers cache, and key listings.
 //! - [`records`]: the layout of the records in sled's tree.
