@@ -103,8 +103,7 @@ fn writers(f: impl FnOnce()) -> Vec<String> {
     .unwrap();
     f();
     fail::remove("journal.before_write");
-    let names = seen.lock().unwrap().clone();
-    names
+    seen.lock().unwrap().clone()
 }
 
 #[test]
