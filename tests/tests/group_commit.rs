@@ -1,8 +1,8 @@
 //! Group commit on sled: while the syncer is busy, the decider stages what arrives and
 //! seals it as one journal group when the syncer is free: one journal write and sync, and
 //! one `apply_batch` into sled, for all of it. The syncer is held busy with the
-//! `journal.before_write` point armed to sleep, which needs the ledger's `failpoints`
-//! feature: this crate enables it.
+//! `journal.before_write` point armed to sleep (and, to see who writes, to call back),
+//! which needs the ledger's `failpoints` feature: this crate enables it.
 #![allow(clippy::unwrap_used)]
 
 use std::time::{Duration, Instant};
@@ -88,5 +88,104 @@ fn commands_that_arrive_while_the_syncer_is_busy_are_written_as_one_group() {
         .account(&Account::parse("alice").unwrap())
         .and_then(|b| b.get(&Currency::parse("RUB").unwrap()).copied());
     assert_eq!(balance, Some(1_000 - 21));
+    scenario.teardown();
+}
+
+/// The names of the threads that passed `journal.before_write` while `f` ran: who wrote
+/// each group to the journal.
+fn writers(f: impl FnOnce()) -> Vec<String> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    fail::cfg_callback("journal.before_write", move || {
+        let name = std::thread::current().name().unwrap_or("?").to_owned();
+        log.lock().unwrap().push(name);
+    })
+    .unwrap();
+    f();
+    fail::remove("journal.before_write");
+    seen.lock().unwrap().clone()
+}
+
+#[test]
+fn a_blocking_caller_that_finds_the_committer_idle_writes_its_own_group() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
+    let client = ClientId::default_client();
+    let deposit = Command::Deposit {
+        account: Account::parse("alice").unwrap(),
+        amount: Amount::new(1_000).unwrap(),
+        currency: Currency::parse("RUB").unwrap(),
+    };
+    l.blocking()
+        .submit(&client, &Key::parse("d").unwrap(), deposit)
+        .unwrap();
+
+    // Let the syncer thread park: a caller meeting it mid-turn finds it busy.
+    std::thread::sleep(Duration::from_millis(20));
+
+    // One blocking submitter, one command at a time: each is written by its own thread,
+    // never handed to the committer's threads.
+    let ledger = l.clone();
+    let names = writers(|| {
+        std::thread::Builder::new()
+            .name("the-caller".into())
+            .spawn(move || {
+                for i in 0..5 {
+                    let (key, command) = withdrawal(&format!("w-{i}"));
+                    let answer = ledger.blocking().submit(&client, &key, command);
+                    assert!(matches!(answer, Ok(Submission::Executed(_))), "{answer:?}");
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    });
+    assert_eq!(names, vec!["the-caller"; 5]);
+
+    // A callback caller never leads: the sync would hold its thread (an async runtime's).
+    let names = writers(|| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (key, command) = withdrawal("w-async");
+        l.submit_with(
+            &ClientId::default_client(),
+            &key,
+            command,
+            None,
+            Box::new(move |r| tx.send(r).unwrap()),
+        );
+        assert!(matches!(rx.recv().unwrap(), Ok(Submission::Executed(_))));
+    });
+    assert_eq!(names, vec!["idem-syncer"]);
+
+    // Nor does a caller that finds the committer busy: paused, its command waits in the
+    // queue behind the pause and is written by the syncer.
+    let names = writers(|| {
+        let pause = l.pause();
+        let ledger = l.clone();
+        let waiting = std::thread::Builder::new()
+            .name("the-caller".into())
+            .spawn(move || {
+                let (key, command) = withdrawal("w-paused");
+                ledger
+                    .blocking()
+                    .submit(&ClientId::default_client(), &key, command)
+            })
+            .unwrap();
+        wait_pending(&l, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(l.commit_metrics().commands, 7, "committed while paused");
+        drop(pause);
+        assert!(matches!(
+            waiting.join().unwrap(),
+            Ok(Submission::Executed(_))
+        ));
+    });
+    assert_eq!(names, vec!["idem-syncer"]);
+    let balance = l
+        .blocking()
+        .account(&Account::parse("alice").unwrap())
+        .and_then(|b| b.get(&Currency::parse("RUB").unwrap()).copied());
+    assert_eq!(balance, Some(1_000 - 7));
     scenario.teardown();
 }

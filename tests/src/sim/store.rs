@@ -14,7 +14,10 @@
 //! every sealed group not yet applied to sled (an overlay read before sled). The syncer,
 //! for each sealed group in order, writes it to the journal, syncs the journal, applies the
 //! group to sled's memory one insert at a time, and only then answers everyone in the group and releases their claims (but for a refund
-//! whose withdrawal is still in flight, told 409 at once with nothing staged). sled is
+//! whose withdrawal is still in flight, told 409 at once with nothing staged). A blocking
+//! caller that finds the committer idle leads (`committer::Lead`): the world's `Lead` step
+//! is one decider turn over the one queued command, with no sealed group unwritten,
+//! followed at once by the syncer's turn for it. sled is
 //! never flushed on the commit path. A checkpoint, now and then, takes the last group
 //! applied to sled, flushes sled and records that group in it (`v.journal`), then deletes
 //! the journal's segments (of a few groups each, per seed) whose groups are all at or

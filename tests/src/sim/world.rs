@@ -129,9 +129,10 @@ enum Act {
     Sweep,
     OtherBody,
     Rogue,
+    Lead,
 }
 
-const ACTS: [Act; 15] = [
+const ACTS: [Act; 16] = [
     Act::Start,
     Act::Retry,
     Act::Deliver,
@@ -147,6 +148,7 @@ const ACTS: [Act; 15] = [
     Act::Sweep,
     Act::OtherBody,
     Act::Rogue,
+    Act::Lead,
 ];
 
 /// How stormy this seed is: weights of the faults, chosen per seed so that some runs are
@@ -411,6 +413,11 @@ impl World {
             Act::Sweep => on(up, 2),
             Act::OtherBody => on(buggy, 2),
             Act::Rogue => on(self.rogues < 2 && acked_legit, 1),
+            // A blocking caller that finds the committer idle commits its command itself.
+            Act::Lead => on(
+                up && self.store.queued() == 1 && self.store.unsynced() == 0,
+                6,
+            ),
         })
     }
 
@@ -466,6 +473,7 @@ impl World {
             }
             Act::Decide => self.decide(),
             Act::Sync => self.sync(),
+            Act::Lead => self.lead(),
             Act::Checkpoint => self.checkpoint(),
             Act::Crash => self.crash(),
             Act::Restart => self.restart(),
@@ -594,6 +602,17 @@ impl World {
         self.note(|| format!("decider takes {} queued", self.store.queued()));
         let answers = self.decider_turn();
         self.route(answers);
+    }
+
+    /// The leader's path (`Lead::try_lead`): the one queued command, with nothing sealed
+    /// before it unwritten, is decided, sealed, written, synced, applied and answered with
+    /// no other step in between.
+    fn lead(&mut self) {
+        self.note(|| "a caller finds the committer idle and leads".into());
+        self.decide();
+        if self.store.is_up() && self.store.unsynced() > 0 {
+            self.sync();
+        }
     }
 
     fn sync(&mut self) {

@@ -12,7 +12,7 @@ use crate::store::verify::VerifyReport;
 use crate::store::{Quarantined, Store, Submission};
 
 use super::records::{P_QUARANTINE, decode, fact_key, io_err, quarantine_key, seq_of};
-use super::{Request, Result, SledStore, verify, wait_for};
+use super::{Caller, Request, Result, SledStore, verify, wait_for};
 
 /// A borrowed handle on a [`SledStore`] whose methods block; see the module docs.
 #[derive(Debug, Clone, Copy)]
@@ -54,14 +54,30 @@ impl Blocking<'_> {
         message: Option<MessageId>,
     ) -> Result<Submission> {
         wait_for(|reply| {
-            if let Some(twin) = self
-                .store
-                .attempt(client, key, command, message, reply, true)
-            {
+            if let Some(twin) = self.store.attempt(
+                client,
+                key,
+                command,
+                message,
+                reply,
+                Caller {
+                    wait: true,
+                    lead: true,
+                },
+            ) {
                 twin.released
                     .wait_blocking(self.store.shared.config.in_flight_wait);
-                self.store
-                    .attempt(client, key, twin.command, twin.message, twin.reply, false);
+                self.store.attempt(
+                    client,
+                    key,
+                    twin.command,
+                    twin.message,
+                    twin.reply,
+                    Caller {
+                        wait: false,
+                        lead: true,
+                    },
+                );
             }
         })
     }

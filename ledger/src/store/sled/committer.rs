@@ -2,11 +2,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
 use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId};
@@ -51,11 +52,98 @@ pub(super) enum Request {
 // that sled does not hold yet (kept in memory, `Committer::unapplied`). When the syncer is
 // free, the decider seals what it staged as one journal group. The syncer writes each
 // group to the journal with one `pwrite` and one `fdatasync`, then applies it to sled with
-// one `apply_batch` that sled keeps in memory, publishes it to readers, releases its claims
+// one insert per record into sled's memory, publishes it to readers, releases its claims
 // and answers. So while one group is being synced, the next is being decided: one sync
-// covers everything that arrived meanwhile. sled is never flushed on this path: the
-// checkpointer flushes it from time to time and then lets the journal drop what sled now
-// holds durably (ARCHITECTURE.md, durability).
+// covers everything that arrived meanwhile. A blocking caller that finds both idle takes
+// both parts itself for its own command ([`Lead`]), and so pays no hand-off between
+// threads. sled is never flushed on this path: the checkpointer flushes it from time to
+// time and then lets the journal drop what sled now holds durably (ARCHITECTURE.md,
+// durability).
+
+/// The committer as the decider thread and blocking callers share it. The decider thread
+/// holds `committer` whenever it has something in hand; the syncer thread holds `syncer`
+/// while it writes. A blocking caller that finds both free, nothing queued and nothing
+/// sealed but unwritten leads: it decides its own command, seals it as the next group, lets
+/// go of the decider (which may decide what arrives meanwhile, as it does while the syncer
+/// syncs) and writes, syncs, applies and answers the group itself. So one submitter's
+/// command costs no thread hand-off, and groups keep their order: a group is sealed only
+/// with `committer` held, and written only with `syncer` held after every group sealed
+/// before it.
+pub(super) struct Lead {
+    committer: Mutex<Committer>,
+    /// `None` once the syncer has stopped: nothing more is written.
+    syncer: Mutex<Option<Syncer>>,
+    /// Requests sent to the decider and not yet in its hands (counted before they are sent,
+    /// and taken off by the decider with `committer` held). A leader goes only when it is
+    /// zero: a command, pause, sweep or verify queued before it is never overtaken.
+    queued: AtomicUsize,
+    /// One token: whoever writes is ready for the next group (its journal sync returned,
+    /// or it has nothing left to write). The decider seals what it staged when it takes
+    /// the token; a leader holds it while it writes, so that what is staged meanwhile
+    /// waits to be one group.
+    free: (Sender<()>, Receiver<()>),
+}
+
+impl Lead {
+    pub(super) fn new(committer: Committer, syncer: Syncer) -> Self {
+        Self {
+            committer: Mutex::new(committer),
+            syncer: Mutex::new(Some(syncer)),
+            queued: AtomicUsize::new(0),
+            free: crossbeam_channel::bounded(1),
+        }
+    }
+
+    /// Counts a request about to be sent to the decider; [`Lead::unsent`] if sending
+    /// failed.
+    pub(super) fn sending(&self) {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub(super) fn unsent(&self) {
+        self.taken();
+    }
+
+    /// The decider took a request off the queue.
+    fn taken(&self) {
+        self.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Commits `queued` on the calling thread when the committer is idle (see [`Lead`]),
+    /// answering it before returning; gives it back when the committer is busy, for the
+    /// queue. Only for callers that may block on the journal's sync.
+    pub(super) fn try_lead(&self, queued: Queued) -> Option<Queued> {
+        let Some(mut committer) = self.committer.try_lock() else {
+            return Some(queued);
+        };
+        if self.queued.load(Ordering::SeqCst) != 0 {
+            return Some(queued);
+        }
+        let Some(mut syncer) = self.syncer.try_lock() else {
+            return Some(queued);
+        };
+        let Some(syncer) = syncer
+            .as_mut()
+            .filter(|s| s.journal.next_group() == committer.next_group)
+        else {
+            return Some(queued);
+        };
+        let shared = committer.shared.clone();
+        let mut staged = Staged::default();
+        let mut stats = committer.stats.clone();
+        committer.take_command(queued, &mut staged, &mut stats);
+        let sealed = committer.seal_group(staged, &mut stats);
+        // Sealed: the decider may take what arrives meanwhile into the next group.
+        drop(committer);
+        if let Some(sealed) = sealed {
+            // The token is here (nothing sealed is unwritten, and the syncer thread gives
+            // it back after each write) unless the syncer thread has not started yet.
+            let _ = self.free.1.try_recv();
+            syncer.write(&shared, vec![sealed], &self.free.0);
+        }
+        None
+    }
+}
 
 /// An answer held until its batch is durable.
 #[allow(clippy::large_enum_variant)] // Commands are nearly all of them; boxing would cost more.
@@ -181,43 +269,51 @@ impl Committer {
         flush_sled(&self.shared.db, self.shared.data_file.as_ref())
     }
 
-    /// The decider's loop; starts the syncer (which owns the journal) and stops it on
-    /// shutdown.
-    pub(super) fn run(mut self, rx: Receiver<Request>, journal: Journal) {
+    /// The decider's loop; starts the syncer and stops it on shutdown. It holds the
+    /// committer's lock whenever it has something in hand, and lets go of it only while
+    /// it waits for a request with nothing staged: then a blocking caller may lead
+    /// ([`Lead::try_lead`]).
+    pub(super) fn run(lead: &Arc<Lead>, rx: Receiver<Request>) {
         let (to_syncer, from_decider) = crossbeam_channel::unbounded::<Sealed>();
-        // One token: the syncer is ready for the next group (its journal sync returned, or
-        // it has nothing left to write).
-        let (free_tx, syncer_free) = crossbeam_channel::bounded::<()>(1);
-        let syncer_shared = self.shared.clone();
+        let (free_tx, syncer_free) = (lead.free.0.clone(), lead.free.1.clone());
+        let mut me = lead.committer.lock();
+        let syncer_lead = lead.clone();
+        let syncer_shared = me.shared.clone();
         let syncer = std::thread::Builder::new()
             .name("idem-syncer".into())
-            .spawn(move || sync_loop(&syncer_shared, journal, &from_decider, &free_tx));
+            .spawn(move || sync_loop(&syncer_shared, &syncer_lead, &from_decider, &free_tx));
         let Ok(syncer) = syncer else {
-            let _ = self.shared.fail("could not start the syncer thread".into());
+            let _ = me.shared.fail("could not start the syncer thread".into());
             return;
         };
-        let max = self.shared.config.batch_max.max(1);
+        let max = me.shared.config.batch_max.max(1);
         // What is staged waits for the syncer's token, and is sealed then as one group:
         // one journal record and one sync, however many commands it holds. Deciding goes
         // on meanwhile, so nothing waits that would not wait anyway.
         let mut staged = Staged::default();
-        let mut stats = self.stats.clone();
+        let mut stats = me.stats.clone();
         loop {
             let first = if staged.answers.is_empty() {
-                match rx.recv() {
-                    Ok(r) => r,
-                    Err(_) => break,
-                }
+                // Idle: a leader may commit meanwhile, so the working stats are read
+                // again once a request is in hand.
+                let r = MutexGuard::unlocked(&mut me, || rx.recv());
+                let Ok(r) = r else { break };
+                lead.taken();
+                stats = me.stats.clone();
+                r
             } else {
                 // The syncer is busy: stage what arrives until its token comes. Requests
                 // come first, so a batch takes everything that arrived before the token.
                 crossbeam_channel::select_biased! {
                     recv(rx) -> r => match r {
-                        Ok(r) => r,
+                        Ok(r) => {
+                            lead.taken();
+                            r
+                        }
                         Err(_) => break,
                     },
                     recv(syncer_free) -> _ => {
-                        self.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                        me.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
                         continue;
                     }
                 }
@@ -226,13 +322,16 @@ impl Committer {
             // What is staged counts too: a batch never takes more than `batch_max`.
             while staged.answers.len() + requests.len() < max {
                 match rx.try_recv() {
-                    Ok(r) => requests.push(r),
+                    Ok(r) => {
+                        lead.taken();
+                        requests.push(r);
+                    }
                     Err(_) => break,
                 }
             }
             let mut stop = false;
             for request in requests {
-                stop |= self.take(request, &mut staged, &mut stats, &to_syncer);
+                stop |= me.take(request, &mut staged, &mut stats, &to_syncer);
             }
             if stop {
                 break;
@@ -242,11 +341,11 @@ impl Committer {
             if !staged.answers.is_empty()
                 && (staged.answers.len() >= max || syncer_free.try_recv().is_ok())
             {
-                self.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
+                me.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
             }
         }
-        self.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
-        self.stop_syncer(to_syncer, syncer);
+        me.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
+        me.stop_syncer(to_syncer, syncer);
     }
 
     /// Waits until everything sealed is durable, applied to sled and answered, then ends
@@ -548,9 +647,9 @@ impl Committer {
             });
             let b = entry.entry(currency).or_insert(0);
             *b = b.saturating_add(delta);
-            staged
-                .group
-                .put(account_key(account, currency), b.to_be_bytes().to_vec());
+            // Its record is put once per group, at the seal: nearly every command moves
+            // a system account too, whose balance would be put (and inserted into sled)
+            // once per command.
         }
         if let FactBody::RefundRecorded {
             withdrawal,
@@ -695,11 +794,22 @@ impl Committer {
     }
 
     /// Seals the staged commands as the next journal group and hands it to the syncer.
-    /// The working state takes the group at once: the decider's next decisions build on
-    /// it, reading what sled does not hold yet from `unapplied`.
     fn seal(&mut self, staged: Staged, stats: &mut Stats, to_syncer: &Sender<Sealed>) {
-        if staged.answers.is_empty() {
+        let Some(sealed) = self.seal_group(staged, stats) else {
             return;
+        };
+        if let Err(crossbeam_channel::SendError(sealed)) = to_syncer.send(sealed) {
+            answer_all(&self.shared, sealed.answers, &LedgerError::Closed);
+        }
+    }
+
+    /// Seals the staged commands as the next journal group; `None`: nothing to write
+    /// (nothing staged, or the store failed and the staged commands were told so). The
+    /// working state takes the group at once: the next decisions build on it, reading
+    /// what sled does not hold yet from `unapplied`.
+    fn seal_group(&mut self, staged: Staged, stats: &mut Stats) -> Option<Sealed> {
+        if staged.answers.is_empty() {
+            return None;
         }
         let Staged {
             mut group,
@@ -712,11 +822,21 @@ impl Committer {
             // commands are told the store failed.
             *stats = self.stats.clone();
             answer_all(&self.shared, answers, &LedgerError::Unavailable(reason));
-            return;
+            return None;
         }
         stats.observed = self.shared.observed();
         group.number = self.next_group;
         group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
+        // Each account's balances as the group leaves them, once: values are absolute, so
+        // one put per account holds what a put per movement would.
+        for (account, per) in &accounts {
+            for (currency, balance) in per {
+                group.put(
+                    account_key(account, *currency),
+                    balance.to_be_bytes().to_vec(),
+                );
+            }
+        }
         group.put(STATS_KEY, encode(&*stats));
         self.next_group += 1;
         for (account, per) in &accounts {
@@ -724,15 +844,12 @@ impl Committer {
         }
         self.stats = stats.clone();
         self.unapplied.push_back((group.number, written));
-        let sealed = Sealed {
+        Some(Sealed {
             group: Some(group),
             answers,
             accounts,
             stats: stats.clone(),
-        };
-        if let Err(crossbeam_channel::SendError(sealed)) = to_syncer.send(sealed) {
-            answer_all(&self.shared, sealed.answers, &LedgerError::Closed);
-        }
+        })
     }
 
     /// Stages the expiry of keys whose answers are older than the retention.
@@ -772,14 +889,19 @@ impl Committer {
     }
 }
 
-/// The syncer's loop: for each sealed group, one journal write and sync, then one
-/// `apply_batch` into sled's memory, then its answers; checkpoints between groups.
-fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free: &Sender<()>) {
-    let mut checkpoints = Checkpoints::start(shared);
+/// The syncer's loop: takes every group sealed since its last turn and writes them
+/// ([`Syncer::write`]) under the syncer's lock, which a leader holds while it writes its own
+/// group; on shutdown takes the journal out, so that no leader writes after, and
+/// checkpoints.
+fn sync_loop(shared: &Shared, lead: &Lead, rx: &Receiver<Sealed>, free: &Sender<()>) {
     loop {
-        if rx.is_empty() {
-            // Full already means the decider has not used the last token yet.
-            let _ = free.try_send(());
+        {
+            // Under the syncer's lock: a leader writing holds the token, and gives it back.
+            let syncer = lead.syncer.lock();
+            if rx.is_empty() && syncer.is_some() {
+                // Full already means the decider has not used the last token yet.
+                let _ = free.try_send(());
+            }
         }
         let Ok(first) = rx.recv() else {
             break;
@@ -788,6 +910,46 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
         while let Ok(more) = rx.try_recv() {
             sealed.push(more);
         }
+        let mut syncer = lead.syncer.lock();
+        match syncer.as_mut() {
+            Some(syncer) => syncer.write(shared, sealed, free),
+            None => {
+                for s in sealed {
+                    answer_all(shared, s.answers, &LedgerError::Closed);
+                }
+            }
+        }
+    }
+    let last = lead.syncer.lock().take();
+    if let Some(Syncer {
+        mut journal,
+        checkpoints,
+    }) = last
+    {
+        checkpoints.finish(shared, &mut journal);
+    }
+}
+
+/// What writes groups: the journal, and the checkpoints that bound it. Used under
+/// [`Lead::syncer`] by the syncer thread, or by a leader.
+pub(super) struct Syncer {
+    journal: Journal,
+    checkpoints: Checkpoints,
+}
+
+impl Syncer {
+    pub(super) fn new(shared: &Shared, journal: Journal) -> Self {
+        Self {
+            checkpoints: Checkpoints::start(shared),
+            journal,
+        }
+    }
+
+    /// For each sealed group in order: one journal write and sync, then its inserts into
+    /// sled's memory, then its answers; a checkpoint tick after. `free` gets the token as
+    /// soon as the syncs returned, so that the decider seals the next group while these
+    /// are applied and answered.
+    fn write(&mut self, shared: &Shared, sealed: Vec<Sealed>, free: &Sender<()>) {
         // How long the batch's first command waited for this sync to start.
         let sync_start = Instant::now();
         let waited = sealed
@@ -807,9 +969,9 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
             let error = match (&s.group, failed) {
                 (None, _) => None,
                 (Some(_), Some(reason)) => Some(LedgerError::Unavailable(reason)),
-                (Some(group), None) => match journal.append(group) {
+                (Some(group), None) => match self.journal.append(group) {
                     Ok(()) => {
-                        checkpoints.written(group.record_len());
+                        self.checkpoints.written(group.record_len());
                         None
                     }
                     Err(e) => Some(shared.fail(e.to_string())),
@@ -832,50 +994,57 @@ fn sync_loop(shared: &Shared, mut journal: Journal, rx: &Receiver<Sealed>, free:
                 Err(e) => *error = Some(shared.fail(e.to_string())),
             }
         }
-        // A "batch" in the metrics is what one journal sync made durable.
-        let commands = sealed
-            .iter()
-            .zip(&errors)
-            .filter(|(_, e)| e.is_none())
-            .flat_map(|(s, _)| &s.answers)
-            .filter(|a| matches!(a, Pending::Command { .. }))
-            .count();
-        let journal_size = journal.stats();
-        {
-            let mut m = shared.metrics.lock();
-            m.journal_bytes = journal_size.bytes;
-            m.journal_segments = journal_size.segments as u64;
-            if commands > 0 {
-                let size = u64::try_from(commands).unwrap_or(u64::MAX);
-                m.batches += 1;
-                m.commands += size;
-                m.batch_size_max = m.batch_size_max.max(size);
-                m.last_batch_size = size;
-                m.applies += sealed
-                    .iter()
-                    .zip(&errors)
-                    .filter(|(s, e)| {
-                        e.is_none()
-                            && s.group.is_some()
-                            && s.answers
-                                .iter()
-                                .any(|a| matches!(a, Pending::Command { .. }))
-                    })
-                    .count() as u64;
-                let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-                m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
-                m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
-            }
-        }
+        note_groups(shared, &self.journal, &sealed, &errors, waited);
         for (s, error) in sealed.into_iter().zip(errors) {
             match error {
                 Some(e) => answer_all(shared, s.answers, &e),
                 None => publish(shared, s),
             }
         }
-        checkpoints.tick(shared, &mut journal);
+        self.checkpoints.tick(shared, &mut self.journal);
     }
-    checkpoints.finish(shared, &mut journal);
+}
+
+/// The metrics of one turn of writing: a "batch" is what one journal sync made durable.
+fn note_groups(
+    shared: &Shared,
+    journal: &Journal,
+    sealed: &[Sealed],
+    errors: &[Option<LedgerError>],
+    waited: Duration,
+) {
+    let commands = sealed
+        .iter()
+        .zip(errors)
+        .filter(|(_, e)| e.is_none())
+        .flat_map(|(s, _)| &s.answers)
+        .filter(|a| matches!(a, Pending::Command { .. }))
+        .count();
+    let journal_size = journal.stats();
+    let mut m = shared.metrics.lock();
+    m.journal_bytes = journal_size.bytes;
+    m.journal_segments = journal_size.segments as u64;
+    if commands > 0 {
+        let size = u64::try_from(commands).unwrap_or(u64::MAX);
+        m.batches += 1;
+        m.commands += size;
+        m.batch_size_max = m.batch_size_max.max(size);
+        m.last_batch_size = size;
+        m.applies += sealed
+            .iter()
+            .zip(errors)
+            .filter(|(s, e)| {
+                e.is_none()
+                    && s.group.is_some()
+                    && s.answers
+                        .iter()
+                        .any(|a| matches!(a, Pending::Command { .. }))
+            })
+            .count() as u64;
+        let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        m.batch_wait_sum_us = m.batch_wait_sum_us.saturating_add(waited);
+        m.batch_wait_max_us = m.batch_wait_max_us.max(waited);
+    }
 }
 
 /// The journal's size, for the metrics.

@@ -1,10 +1,11 @@
-//! The sled store: the only module that touches sled. One committer thread owns every
-//! write: it gathers concurrent commands into one batch on one tree, decides each with the
-//! pure core, writes facts, key records and projections in one atomic `apply_batch`,
-//! flushes (plus an fdatasync), and only then answers. See ARCHITECTURE.md.
+//! The sled store: the only module that touches sled. One committer owns every write: it
+//! gathers concurrent commands into one group, decides each with the pure core, writes the
+//! group to the journal with one write and one fdatasync, applies it to sled's memory, and
+//! only then answers. See ARCHITECTURE.md.
 //!
-//! - [`committer`]: the committer thread (deciding and staging batches) and the syncer
-//!   (flushing, publishing, answering).
+//! - [`committer`]: the decider thread (deciding and staging groups), the syncer thread
+//!   (journal, sled, publishing, answering), and the leader path that does both on a
+//!   blocking caller's thread when they are idle.
 //! - [`journal`]: the journal's record format, appends, checkpoints and recovery.
 //! - [`keys`]: claims of keys in flight, the answers cache, and key listings.
 //! - [`records`]: the layout of the records in sled's tree.
@@ -66,7 +67,7 @@ mod statements;
 mod verify;
 
 pub use blocking::Blocking;
-use committer::{Committer, Queued, Request};
+use committer::{Committer, Lead, Queued, Request, Syncer};
 use journal::JournalOptions;
 use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, Released, SHARDS, Shard};
 use records::{
@@ -243,6 +244,8 @@ pub type Reply = Box<dyn FnOnce(Result<Submission>) + Send>;
 pub struct SledStore {
     shared: Arc<Shared>,
     tx: Sender<Request>,
+    /// The committer's state, for a blocking caller that finds it idle and leads.
+    lead: Arc<Lead>,
     committer: Arc<Mutex<Option<JoinHandle<()>>>>,
 }
 
@@ -336,15 +339,20 @@ impl SledStore {
                 .map_err(|e| open_err_l(&shown, e))?;
         }
         let (tx, rx) = crossbeam_channel::unbounded();
-        let committer_shared = shared.clone();
+        let lead = Arc::new(Lead::new(
+            Committer::new(shared.clone(), next_group),
+            Syncer::new(&shared, journal),
+        ));
+        let committer_lead = lead.clone();
         let handle = std::thread::Builder::new()
             .name("idem-committer".into())
-            .spawn(move || Committer::new(committer_shared, next_group).run(rx, journal))
+            .spawn(move || Committer::run(&committer_lead, rx))
             .map_err(|e| LedgerError::Unavailable(format!("starting the committer: {e}")))?;
         Ok((
             SledStore {
                 shared,
                 tx,
+                lead,
                 committer: Arc::new(Mutex::new(Some(handle))),
             },
             report,
@@ -374,13 +382,14 @@ impl SledStore {
         message: Option<MessageId>,
         reply: Reply,
     ) {
-        self.attempt(client, key, command, message, reply, false);
+        self.attempt(client, key, command, message, reply, Caller::ONCE);
     }
 
     /// One attempt at a submission: answered here when the key's claim or cache decides,
-    /// else claimed and sent to the committer. With `wait`, an arrival that would be told
-    /// `InProgress` because a twin holds the key is not answered: it gets back what it
-    /// needs to wait for the twin's claim and try once more.
+    /// else claimed and sent to the committer (or, for a blocking caller that finds the
+    /// committer idle, committed on its own thread). With `caller.wait`, an arrival that
+    /// would be told `InProgress` because a twin holds the key is not answered: it gets
+    /// back what it needs to wait for the twin's claim and try once more.
     fn attempt(
         &self,
         client: &ClientId,
@@ -388,7 +397,7 @@ impl SledStore {
         command: Command,
         message: Option<MessageId>,
         reply: Reply,
-        wait: bool,
+        caller: Caller,
     ) -> Option<Twin> {
         let shared = &self.shared;
         if let Some(reason) = shared.failed.lock().clone() {
@@ -400,7 +409,7 @@ impl SledStore {
         let ck = (client.clone(), key.clone());
         let mut shard = shared.shard(&ck).lock();
         let answer = self.answer_at_once(&mut shard, &ck, fingerprint, message.is_some(), now);
-        if wait
+        if caller.wait
             && !shared.config.in_flight_wait.is_zero()
             && matches!(answer, Some(Ok(Submission::InProgress { .. })))
             && let Some(claim) = shard.claims.get_mut(&ck)
@@ -434,7 +443,16 @@ impl SledStore {
                     old.wake();
                 }
                 drop(shard);
-                self.send_command(client, key, command, fingerprint, token, message, reply);
+                let queued = Queued {
+                    ck: (client.clone(), key.clone()),
+                    command,
+                    fingerprint,
+                    token,
+                    message,
+                    arrived: Instant::now(),
+                    reply,
+                };
+                self.send_command(queued, caller.lead);
                 None
             }
         }
@@ -519,27 +537,17 @@ impl SledStore {
     }
 
     /// Queues a claimed command for the committer; a stopped committer answers `Closed`.
-    #[allow(clippy::too_many_arguments)] // The request's fields, moved in.
-    fn send_command(
-        &self,
-        client: &ClientId,
-        key: &Key,
-        command: Command,
-        fingerprint: Fingerprint,
-        token: u64,
-        message: Option<MessageId>,
-        reply: Reply,
-    ) {
-        let request = Request::Command(Queued {
-            ck: (client.clone(), key.clone()),
-            command,
-            fingerprint,
-            token,
-            message,
-            arrived: Instant::now(),
-            reply,
-        });
-        if let Err(crossbeam_channel::SendError(Request::Command(queued))) = self.tx.send(request) {
+    /// With `lead`, a caller that may block commits it itself when the committer is idle.
+    fn send_command(&self, queued: Queued, lead: bool) {
+        let queued = if lead {
+            match self.lead.try_lead(queued) {
+                None => return,
+                Some(queued) => queued,
+            }
+        } else {
+            queued
+        };
+        if let Some(Request::Command(queued)) = self.send(Request::Command(queued)) {
             self.shared.release(&queued.ck, queued.token);
             (queued.reply)(Err(LedgerError::Closed));
         }
@@ -548,7 +556,16 @@ impl SledStore {
     /// Queues a request for the committer. If it has stopped, the request (and its reply)
     /// is dropped, which its waiter reads as `Closed`.
     fn request(&self, request: Request) {
-        let _ = self.tx.send(request);
+        let _ = self.send(request);
+    }
+
+    /// Sends to the decider, counted while queued: a leader never overtakes a request
+    /// queued before it. Gives the request back when the committer has stopped.
+    fn send(&self, request: Request) -> Option<Request> {
+        self.lead.sending();
+        let crossbeam_channel::SendError(unsent) = self.tx.send(request).err()?;
+        self.lead.unsent();
+        Some(unsent)
     }
 
     /// Stops the committer after what was submitted before, until the guard is dropped:
@@ -556,14 +573,14 @@ impl SledStore {
     /// lease takeover, and for taking a consistent copy of the folder.
     pub fn pause(&self) -> PauseGuard {
         let (tx, rx) = crossbeam_channel::bounded(0);
-        let _ = self.tx.send(Request::Pause(rx));
+        let _ = self.send(Request::Pause(rx));
         PauseGuard { _tx: tx }
     }
 
     /// Finishes and flushes everything submitted before, then stops the committer.
     /// Later submissions answer [`LedgerError::Closed`].
     fn close(&self) {
-        let _ = self.tx.send(Request::Shutdown);
+        let _ = self.send(Request::Shutdown);
         if let Some(handle) = self.committer.lock().take() {
             let _ = handle.join();
         }
@@ -693,6 +710,26 @@ fn wait_for<T: Send + 'static>(start: impl FnOnce(Box<dyn FnOnce(Result<T>) + Se
         let _ = tx.send(r);
     }));
     rx.recv().unwrap_or(Err(LedgerError::Closed))
+}
+
+/// How a submission's caller may wait.
+#[derive(Debug, Clone, Copy)]
+struct Caller {
+    /// Wait (up to the in-flight wait) for a twin in flight instead of answering
+    /// `InProgress` at once.
+    wait: bool,
+    /// The caller is a thread that may block on the journal's sync, so it may commit its
+    /// command itself when the committer is idle. Never an async task: the sync would
+    /// hold its runtime's thread.
+    lead: bool,
+}
+
+impl Caller {
+    /// One attempt from a callback or async caller.
+    const ONCE: Caller = Caller {
+        wait: false,
+        lead: false,
+    };
 }
 
 /// An arrival that waits for its twin: what it needs to try once more.
@@ -831,9 +868,20 @@ impl Store for SledStore {
             let _ = tx.send(r);
         });
         // A twin in flight is waited for on this task, never on a thread.
-        if let Some(twin) = self.attempt(client, key, command, message, reply, true) {
+        let caller = Caller {
+            wait: true,
+            lead: false,
+        };
+        if let Some(twin) = self.attempt(client, key, command, message, reply, caller) {
             twin.released.wait(self.shared.config.in_flight_wait).await;
-            self.attempt(client, key, twin.command, twin.message, twin.reply, false);
+            self.attempt(
+                client,
+                key,
+                twin.command,
+                twin.message,
+                twin.reply,
+                Caller::ONCE,
+            );
         }
         rx.await.unwrap_or(Err(LedgerError::Closed))
     }
