@@ -120,6 +120,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "a group of commands in one transaction",
         include_str!("migrations/v8.sql"),
     ),
+    (
+        "a group's keys read in one statement",
+        include_str!("migrations/v9.sql"),
+    ),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
