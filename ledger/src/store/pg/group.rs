@@ -1,5 +1,6 @@
 //! Group commit: the commands of a lane that arrive while its previous group is in
-//! flight are decided together, in one transaction with one commit (`v8.sql`).
+//! flight are decided together, in one transaction with one commit (`v8.sql`; the
+//! claim's body from `v9.sql`).
 //!
 //! Each process runs `PgConfig::lanes` lanes, each a task that runs one group at a
 //! time on one connection. A command goes to the lane of the account it acts on (a refund:
