@@ -230,7 +230,7 @@ struct Claim {
 struct Inner {
     pool: Pool,
     /// Where commands queue for their group (see `group.rs`).
-    lanes: Vec<tokio::sync::mpsc::UnboundedSender<group::Queued>>,
+    lanes: Vec<group::Lane>,
     rules: Rules,
     options: PgConfig,
     location: String,
