@@ -1,5 +1,6 @@
 //! Group commit: the commands of a lane that arrive while its previous group is in
-//! flight are decided together, in one transaction with one commit (`v8.sql`).
+//! flight are decided together, in one transaction with one commit (`v8.sql`; the
+//! claim's body from `v9.sql`).
 //!
 //! Each process runs `PgConfig::lanes` lanes, each a task that runs one group at a
 //! time on one connection. A command goes to the lane of the account it acts on (a refund:
@@ -7,7 +8,8 @@
 //! locked and written once per group. A lane takes the first command queued, then every
 //! command queued behind it up to `PgConfig::group_max`, waiting for more only while the
 //! first has waited less than `PgConfig::group_wait` (zero by default: a group of one
-//! never waits).
+//! never waits). A command that finds its lane idle with nothing queued runs its group of
+//! one on its own task, holding the lane meanwhile.
 //!
 //! Within the group, commands are decided in arrival order, each seeing the balances and
 //! refunded totals the earlier ones left. A business rejection is that command's fact; it
@@ -21,7 +23,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::Weak;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Weak};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -40,27 +43,57 @@ pub(super) struct Queued {
     reply: oneshot::Sender<Result<Submission>>,
 }
 
+/// A lane: its queue, the task that gathers groups from it, and who runs its group now.
+pub(super) struct Lane {
+    tx: mpsc::UnboundedSender<Queued>,
+    /// Commands sent to the queue and not yet taken by the lane's task.
+    queued: Arc<AtomicUsize>,
+    /// Held by whoever runs a group of this lane, one at a time: the lane's task, or a
+    /// command that found the lane idle and its queue empty, which runs alone on its own
+    /// task (see `join_group`).
+    busy: Arc<tokio::sync::Mutex<()>>,
+}
+
 /// Starts `n` lanes; each ends when the store is dropped (its sender with it).
-pub(super) fn start_lanes(n: usize, store: &Weak<Inner>) -> Vec<mpsc::UnboundedSender<Queued>> {
+pub(super) fn start_lanes(n: usize, store: &Weak<Inner>) -> Vec<Lane> {
     (0..n.max(1))
         .map(|_| {
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(lane(store.clone(), rx));
-            tx
+            let lane = Lane {
+                tx,
+                queued: Arc::default(),
+                busy: Arc::default(),
+            };
+            tokio::spawn(run_lane(
+                store.clone(),
+                rx,
+                lane.queued.clone(),
+                lane.busy.clone(),
+            ));
+            lane
         })
         .collect()
 }
 
-/// A lane: one group at a time. It holds the store only while a group runs, so a store
-/// that is dropped ends its lanes.
-async fn lane(store: Weak<Inner>, mut rx: mpsc::UnboundedReceiver<Queued>) {
+/// A lane's task: one group at a time. It holds the store only while a group runs, so a
+/// store that is dropped ends its lanes.
+async fn run_lane(
+    store: Weak<Inner>,
+    mut rx: mpsc::UnboundedReceiver<Queued>,
+    queued: Arc<AtomicUsize>,
+    busy: Arc<tokio::sync::Mutex<()>>,
+) {
     while let Some(first) = rx.recv().await {
         let Some(inner) = store.upgrade() else {
             let _ = first.reply.send(Err(LedgerError::Closed));
             return;
         };
         let store = PgStore { inner };
+        // A command running alone on its own task finishes first; what queued meanwhile
+        // is gathered after it.
+        let _busy = busy.lock().await;
         let group = store.gather(first, &mut rx).await;
+        queued.fetch_sub(group.len(), Ordering::SeqCst);
         store.run_group(group).await;
     }
 }
@@ -178,6 +211,9 @@ impl PgStore {
             }
         }
         let lane = usize::try_from(h.finish() % lanes.len().max(1) as u64).unwrap_or(0);
+        let Some(lane) = lanes.get(lane) else {
+            return Err(LedgerError::Closed);
+        };
         let (reply, answer) = oneshot::channel();
         let queued = Queued {
             client: client.clone(),
@@ -188,8 +224,25 @@ impl PgStore {
             arrived: Instant::now(),
             reply,
         };
-        if lanes.get(lane).is_none_or(|l| l.send(queued).is_err()) {
-            return Err(LedgerError::Closed);
+        // A lane that is idle with nothing queued would make a group of this command
+        // alone: it runs here, on the command's own task, which saves the hand-over to
+        // the lane's task and back (two wake-ups of another task, each a wait for a CPU
+        // on a busy machine). Holding the lane keeps its groups one at a time; if this
+        // task is dropped mid-group, only this command's transaction is rolled back.
+        let idle = if lane.queued.load(Ordering::SeqCst) == 0 {
+            lane.busy.try_lock().ok()
+        } else {
+            None
+        };
+        if let Some(_busy) = idle {
+            self.run_group(vec![queued]).await;
+        } else {
+            lane.queued.fetch_add(1, Ordering::SeqCst);
+            if let Err(unsent) = lane.tx.send(queued) {
+                lane.queued.fetch_sub(1, Ordering::SeqCst);
+                drop(unsent);
+                return Err(LedgerError::Closed);
+            }
         }
         answer.await.unwrap_or_else(|_| {
             Err(LedgerError::Unavailable(

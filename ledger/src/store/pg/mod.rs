@@ -20,10 +20,11 @@
 //!    counters and the inbox row; then one COMMIT for the group (synchronous_commit on)
 //!    and only then answer.
 //!
-//! The statements run inside two PL/pgSQL functions (`v8.sql`) that take the group as
-//! arrays, `idem_group_claim_v8` (steps 1–3 up to the decisions) and
-//! `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined beside them: two
-//! round trips per group instead of one per dependent statement of each command.
+//! The statements run inside two PL/pgSQL functions (`v8.sql`, the claim's body from
+//! `v9.sql`) that take the group as arrays, `idem_group_claim_v8` (steps 1–3 up to the
+//! decisions) and `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined
+//! beside them: two round trips per group instead of one per dependent statement of each
+//! command.
 //!
 //! No correctness comes from this process's memory: the unique indexes, the guarded
 //! updates, the row locks and the single transaction are all in the database. What is
@@ -119,6 +120,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
     (
         "a group of commands in one transaction",
         include_str!("migrations/v8.sql"),
+    ),
+    (
+        "a group's keys read in one statement",
+        include_str!("migrations/v9.sql"),
     ),
 ];
 
@@ -236,7 +241,7 @@ struct Claim {
 struct Inner {
     pool: Pool,
     /// Where commands queue for their group (see `group.rs`).
-    lanes: Vec<tokio::sync::mpsc::UnboundedSender<group::Queued>>,
+    lanes: Vec<group::Lane>,
     rules: Rules,
     options: PgConfig,
     location: String,
