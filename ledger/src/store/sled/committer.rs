@@ -133,12 +133,17 @@ impl Lead {
         let mut stats = committer.stats.clone();
         committer.take_command(queued, &mut staged, &mut stats);
         let sealed = committer.seal_group(staged, &mut stats);
+        if sealed.is_some() {
+            // The token is here (nothing sealed is unwritten, and the syncer thread gives
+            // it back after each write) unless the syncer thread has not started yet. It
+            // is taken before the decider is let go: a decider that took it in between
+            // would seal the first command to arrive as a group of one, while this group
+            // is still to be written, instead of staging it with the others behind it.
+            let _ = self.free.1.try_recv();
+        }
         // Sealed: the decider may take what arrives meanwhile into the next group.
         drop(committer);
         if let Some(sealed) = sealed {
-            // The token is here (nothing sealed is unwritten, and the syncer thread gives
-            // it back after each write) unless the syncer thread has not started yet.
-            let _ = self.free.1.try_recv();
             syncer.write(&shared, vec![sealed], &self.free.0);
         }
         None
