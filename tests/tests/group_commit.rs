@@ -1,6 +1,6 @@
 //! Group commit on sled: while the syncer is busy, the decider stages what arrives and
-//! seals it as one journal group when the syncer is free: one journal write and sync, and
-//! one `apply_batch` into sled, for all of it. The syncer is held busy with the
+//! seals it as one journal group when the syncer is free: one journal write and sync, then
+//! its inserts into sled, for all of it. The syncer is held busy with the
 //! `journal.before_write` point armed to sleep (and, to see who writes, to call back),
 //! which needs the ledger's `failpoints` feature: this crate enables it.
 #![allow(clippy::unwrap_used)]
@@ -187,5 +187,71 @@ fn a_blocking_caller_that_finds_the_committer_idle_writes_its_own_group() {
         .account(&Account::parse("alice").unwrap())
         .and_then(|b| b.get(&Currency::parse("RUB").unwrap()).copied());
     assert_eq!(balance, Some(1_000 - 7));
+    scenario.teardown();
+}
+
+#[test]
+fn after_a_group_of_several_a_blocking_caller_queues_instead_of_leading() {
+    let scenario = fail::FailScenario::setup();
+    let dir = tempfile::tempdir().unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
+    let client = ClientId::default_client();
+    let deposit = Command::Deposit {
+        account: Account::parse("alice").unwrap(),
+        amount: Amount::new(1_000).unwrap(),
+        currency: Currency::parse("RUB").unwrap(),
+    };
+    l.blocking()
+        .submit(&client, &Key::parse("d").unwrap(), deposit)
+        .unwrap();
+
+    // Three callers queued behind a pause are decided and written as one group: others
+    // are submitting.
+    let pause = l.pause();
+    let callers: Vec<_> = (0..3)
+        .map(|i| {
+            let (ledger, client) = (l.clone(), client.clone());
+            std::thread::spawn(move || {
+                let (key, command) = withdrawal(&format!("w-{i}"));
+                ledger.blocking().submit(&client, &key, command)
+            })
+        })
+        .collect();
+    wait_pending(&l, 3);
+    let before = l.commit_metrics();
+    drop(pause);
+    for c in callers {
+        assert!(matches!(c.join().unwrap(), Ok(Submission::Executed(_))));
+    }
+    let after = l.commit_metrics();
+    assert_eq!(after.batches - before.batches, 1, "{after:?}");
+    assert_eq!(after.last_batch_size, 3);
+
+    // So the next caller does not lead, though it finds the committer idle: it would
+    // write a group of one while the others' next commands queued behind it.
+    let one = |key: &'static str| {
+        // Let the syncer thread park: a caller meeting it mid-turn finds it busy.
+        std::thread::sleep(Duration::from_millis(20));
+        let ledger = l.clone();
+        writers(move || {
+            std::thread::Builder::new()
+                .name("the-caller".into())
+                .spawn(move || {
+                    let (key, command) = withdrawal(key);
+                    let answer =
+                        ledger
+                            .blocking()
+                            .submit(&ClientId::default_client(), &key, command);
+                    assert!(matches!(answer, Ok(Submission::Executed(_))), "{answer:?}");
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        })
+    };
+    assert_eq!(one("w-3"), vec!["idem-syncer"]);
+    // That group was of one: the caller after it is likely alone, and leads.
+    assert_eq!(one("w-4"), vec!["the-caller"]);
+    assert_eq!(one("w-5"), vec!["the-caller"]);
     scenario.teardown();
 }

@@ -363,8 +363,8 @@ fn write_commits(text: &mut Exposition, commit: &CommitMetrics, kind: &str) {
     );
     text.metric(
         "idem_commit_applies_total",
-        "Groups of staged commands written (on sled one journal record and one \
-         apply_batch each); at most one per durable batch while the decider keeps up.",
+        "Groups of staged commands written (on sled one journal record each, then \
+         applied to sled); at most one per durable batch while the decider keeps up.",
         "counter",
         one(commit.applies),
     );

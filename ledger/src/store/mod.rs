@@ -319,7 +319,7 @@ pub struct CommitMetrics {
     pub commands: u64,
     pub batch_size_max: u64,
     pub last_batch_size: u64,
-    /// Groups of commands written (sled: one journal record and one `apply_batch`
+    /// Groups of commands written (sled: one journal record, then its inserts into sled,
     /// each): at most one per sync when the decider keeps up, more when a group reaches
     /// `batch_max` first.
     pub applies: u64,

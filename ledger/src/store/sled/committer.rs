@@ -62,8 +62,8 @@ pub(super) enum Request {
 
 /// The committer as the decider thread and blocking callers share it. The decider thread
 /// holds `committer` whenever it has something in hand; the syncer thread holds `syncer`
-/// while it writes. A blocking caller that finds both free, nothing queued and nothing
-/// sealed but unwritten leads: it decides its own command, seals it as the next group, lets
+/// while it writes. A blocking caller that finds both free, nothing queued, nothing
+/// sealed but unwritten and the last group of at most one command leads: it decides its own command, seals it as the next group, lets
 /// go of the decider (which may decide what arrives meanwhile, as it does while the syncer
 /// syncs) and writes, syncs, applies and answers the group itself. So one submitter's
 /// command costs no thread hand-off, and groups keep their order: a group is sealed only
@@ -116,7 +116,7 @@ impl Lead {
         let Some(mut committer) = self.committer.try_lock() else {
             return Some(queued);
         };
-        if self.queued.load(Ordering::SeqCst) != 0 {
+        if committer.last_group > 1 || self.queued.load(Ordering::SeqCst) != 0 {
             return Some(queued);
         }
         let Some(mut syncer) = self.syncer.try_lock() else {
@@ -205,6 +205,13 @@ pub(super) struct Committer {
     /// oldest first. Trimmed as the syncer reports groups applied
     /// (`Shared::applied_group`): until then sled does not have them.
     unapplied: VecDeque<(u64, Written)>,
+    /// How many commands the last group sealed held. A caller leads only after a group of
+    /// at most one: then it is likely alone, and nobody's command would have joined its
+    /// group. After a larger group others are submitting too, and a leader would write its
+    /// command as a group of one while theirs queue behind it for the next sync: more
+    /// syncs per command and a longer wait for them than the decider's groups, which take
+    /// everything that arrived during the sync in flight.
+    last_group: usize,
 }
 
 /// What a group writes that deciding reads back: done keys with their facts, refunded
@@ -258,6 +265,7 @@ impl Committer {
             balances,
             stats,
             unapplied: VecDeque::new(),
+            last_group: 0,
         }
     }
 
@@ -830,6 +838,10 @@ impl Committer {
             return None;
         }
         stats.observed = self.shared.observed();
+        self.last_group = answers
+            .iter()
+            .filter(|a| matches!(a, Pending::Command { .. }))
+            .count();
         group.number = self.next_group;
         group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
         // Each account's balances as the group leaves them, once: values are absolute, so
