@@ -1212,6 +1212,76 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// A database at schema version 9 with commands in it is upgraded in place to version
+    /// 10 by the next worker that opens it: the log's unique index on (client, key) is
+    /// dropped and the claim locks accounts by an index scan, while every key done before
+    /// still replays, a reused key is still refused, new commands execute and verify finds
+    /// the ledger clean.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_version_9_database_is_upgraded_in_place() {
+        let Some((env, store, admin)) =
+            with_alice("postgres_only::a_version_9_database_is_upgraded_in_place").await
+        else {
+            return;
+        };
+        let first = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        close(store).await;
+        // The database as version 9 left it: what version 10 changes, undone.
+        admin
+            .batch_execute(
+                "ALTER TABLE idem.facts ADD CONSTRAINT facts_one_per_key UNIQUE (client, key); \
+                 ALTER FUNCTION idem.idem_group_claim_v8(text[], text[], bytea[], timestamptz, \
+                     integer, text[], bytea[], text[], text[], integer) \
+                     RESET enable_bitmapscan; \
+                 DELETE FROM idem.schema_version WHERE version = 10",
+            )
+            .await
+            .unwrap();
+        let store = env.open().await;
+        let version: i32 = admin
+            .query_one("SELECT max(version) FROM idem.schema_version", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, 10);
+        let unique: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_constraint \
+                 WHERE conrelid = 'idem.facts'::regclass AND conname = 'facts_one_per_key'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(unique, 0);
+        let settings: Vec<String> = admin
+            .query_one(
+                "SELECT proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                 WHERE n.nspname = 'idem' AND p.proname = 'idem_group_claim_v8'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            settings.iter().any(|s| s == "enable_bitmapscan=off"),
+            "{settings:?}"
+        );
+        assert_eq!(
+            replayed(submit(&store, "w-1", withdraw("alice", 100, rub())).await),
+            first
+        );
+        assert!(matches!(
+            submit(&store, "w-1", withdraw("alice", 99, rub())).await,
+            Submission::Reused
+        ));
+        let o = executed(submit(&store, "w-2", withdraw("alice", 50, rub())).await);
+        assert_eq!(applied(&o).balance, 350);
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
     /// A worker that hangs inside its transaction holds the key's claim: others are told
     /// 409, until the server ends the hung session at the lease and the key is free.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1566,11 +1636,11 @@ mod postgres_only {
             ),
         ];
         each_change_is_found(&admin, &[("", &store)], &cases).await;
-        // A second fact for a key, which the table's own constraint would refuse.
+        // A second fact for a key, written behind the key's row (whose primary key is
+        // what refuses a second effect to the store's own writes).
         admin
             .batch_execute(
-                "ALTER TABLE idem.facts DROP CONSTRAINT facts_one_per_key; \
-                 INSERT INTO idem.facts (seq, at, client, key, kind, rejection, body, doc) \
+                "INSERT INTO idem.facts (seq, at, client, key, kind, rejection, body, doc) \
                  SELECT seq + 1000, at, client, key, kind, rejection, body, doc \
                  FROM idem.facts WHERE key = 'w-usd'",
             )

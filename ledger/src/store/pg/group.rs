@@ -1,6 +1,6 @@
 //! Group commit: the commands of a lane that arrive while its previous group is in
 //! flight are decided together, in one transaction with one commit (`v8.sql`; the
-//! claim's body from `v9.sql`).
+//! claim's body from `v9.sql`, its lock on the accounts by an index scan from `v10.sql`).
 //!
 //! Each process runs `PgConfig::lanes` lanes, each a task that runs one group at a
 //! time on one connection. A command goes to the lane of the account it acts on (a refund:
