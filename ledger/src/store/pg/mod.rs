@@ -24,8 +24,7 @@
 //! `v9.sql`, its plan settings from `v9.sql` and `v10.sql`) that take the group as
 //! arrays, `idem_group_claim_v8` (steps 1–3 up to the decisions) and
 //! `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined beside them: two
-//! round trips per group instead of one per dependent statement of each command. One
-//! effect per key is the keys' primary key: every fact is written with its key's row.
+//! round trips per group instead of one per dependent statement of each command.
 //!
 //! No correctness comes from this process's memory: the unique indexes, the guarded
 //! updates, the row locks and the single transaction are all in the database. What is
@@ -127,7 +126,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("migrations/v9.sql"),
     ),
     (
-        "less work per command in a group",
+        "the accounts locked by an index scan",
         include_str!("migrations/v10.sql"),
     ),
 ];

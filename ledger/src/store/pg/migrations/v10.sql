@@ -1,17 +1,6 @@
--- Idem on PostgreSQL, schema version 10: less work per command in a group's transaction,
--- for the same guarantees.
+-- Idem on PostgreSQL, schema version 10: the group's lock on its accounts planned as an
+-- index scan.
 --
--- The log's unique index on (client, key) goes. It repeated the keys' primary key: every
--- fact is written in the transaction that writes its key's row, by the same statement
--- sequence over the same arrays (idem_group_apply_v8; idem_apply_v3 and idem_apply before
--- it), and nothing deletes a key's row (the sweep only marks it expired), so a second fact
--- for a key would come with a second row for the key, which the primary key refuses, and
--- the transaction with it. One effect per key is still what `verify` checks on the log
--- itself. The index was one of the five each command inserts into, on a key spread over
--- the whole index like the primary key's, about 3 % of the server's time at 64
--- connections (perf on the postgres processes).
-ALTER TABLE facts DROP CONSTRAINT facts_one_per_key;
-
 -- The claim locks the group's accounts with an index scan in name order instead of a
 -- bitmap scan and a sort. A bitmap scan never marks the index entries of dead row
 -- versions as dead, which a plain index scan does as it passes them: a hot account's row,
