@@ -290,8 +290,8 @@ impl PgStore {
                 ),
             );
         }
-        checks::check_fold(&mut fold.r, &fact, &fold.balances, &mut fold.withdrawals);
-        fold.balances.apply(&fact);
+        let after = fold.balances.apply(&fact);
+        checks::check_after(&mut fold.r, &fact, after, &mut fold.withdrawals);
         fold.stats.apply(&fact);
         Ok(Some(fact))
     }
@@ -610,7 +610,7 @@ fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> 
     }
     match (status, row.stored) {
         ("done", Some(stored)) => {
-            if stored != response_digest(&Outcome::from_fact(fact), &mut keys.text) {
+            if stored != response_digest(fact, &mut keys.text) {
                 r.add(
                     checks::SAME_ANSWER,
                     format!("key {k:?} of {c:?}: the stored response is not its fact's"),
@@ -638,13 +638,14 @@ fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> 
 }
 
 /// The digest PostgreSQL keeps of a stored response (`response_digest`, schema version
-/// 6): the first 16 bytes of SHA-256 over `jsonb_send`, a version byte and then the text
-/// PostgreSQL prints for the document. That text is written here as PostgreSQL writes it,
-/// so a response is compared by 16 bytes instead of being read and parsed.
-fn response_digest(outcome: &Outcome, text: &mut String) -> [u8; 16] {
+/// 6) if it is the answer `fact` gives: the first 16 bytes of SHA-256 over `jsonb_send`,
+/// a version byte and then the text PostgreSQL prints for the document. That text is
+/// written here as PostgreSQL writes it, so a response is compared by 16 bytes instead of
+/// being read and parsed.
+fn response_digest(fact: &Fact, text: &mut String) -> [u8; 16] {
     use sha2::Digest as _;
     text.clear();
-    fact::json::outcome_jsonb(outcome, text);
+    fact::json::answer_jsonb(fact, text);
     let mut h = sha2::Sha256::new();
     h.update([1u8]);
     h.update(text.as_bytes());
