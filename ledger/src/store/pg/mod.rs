@@ -179,7 +179,7 @@ pub struct PgConfig {
     /// Sessions `verify` reads with. 1: one query merges the log with the key rows on the
     /// server, the least CPU in all. 2: the log and the key rows are read on two sessions
     /// in one snapshot and merged by the client, so the server works on two backends at
-    /// once, which is faster when the server has cores of its own to spare and slower
+    /// once, which is faster when the server has cores of its own to spare and no faster
     /// when it shares the client's (BENCHMARKS.md, "Verify on PostgreSQL").
     pub verify_sessions: usize,
 }

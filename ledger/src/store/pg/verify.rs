@@ -164,13 +164,16 @@ impl PgStore {
     }
 
     /// On one session: the log in seq order, each fact beside the row of its own key,
-    /// as the join meets them: each fact decoded once and checked against the fold of the
-    /// facts before it, then, with its key row, handed to the key checks on a thread of
-    /// their own. Returns what the key checks found.
+    /// as the join meets them: each fact decoded once (see `decode_rows`) and checked
+    /// against the fold of the facts before it, then, with its key row, handed to the key
+    /// checks on a thread of their own. Returns what the key checks found.
     async fn fold_joined(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
-        let (log_out, mut log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (log_out, log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (decoded_out, mut decoded) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
         let (to_checks, mut checked) = channel::<Vec<(Row, Fact)>>(BATCHES_IN_FLIGHT);
+        let store = self.clone();
+        let decoder = tokio::task::spawn_blocking(move || store.decode_rows(log, decoded_out));
         let checker = tokio::task::spawn_blocking(move || {
             let mut keys = KeyChecks::default();
             while let Some(batch) = checked.blocking_recv() {
@@ -181,18 +184,17 @@ impl PgStore {
             Ok::<_, LedgerError>(keys)
         });
         let folding = async move {
-            while let Some(rows) = log.recv().await {
+            while let Some(rows) = decoded.recv().await {
                 let mut batch = Vec::with_capacity(rows.len());
-                for row in rows {
-                    let seq: i64 = get(&row, 0)?;
-                    if fold.prev == Some(seq) && get::<bool>(&row, JOINED)? {
+                for d in rows {
+                    if fold.prev == Some(d.seq) && get::<bool>(&d.row, JOINED)? {
                         // The join meets a fact once per key row pointing at it.
-                        let detail = format!("two key rows point at seq {seq}");
+                        let detail = format!("two key rows point at seq {}", d.seq);
                         fold.r.add(checks::KEY_FACT, detail);
                         continue;
                     }
-                    if let Some(fact) = self.fold_fact(&row, fold)? {
-                        batch.push((row, fact));
+                    if let Some(checked) = fold_fact(d, fold) {
+                        batch.push(checked);
                     }
                 }
                 if to_checks.send(batch).await.is_err() {
@@ -203,15 +205,15 @@ impl PgStore {
             Ok::<_, LedgerError>(())
         };
         tokio::try_join!(pump(tx, VERIFY_LOG, log_out), folding)?;
-        checker
-            .await
-            .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))?
+        // The fold ends early only if the decoder stopped on an error: reported first.
+        joined(decoder, "verify's decoding").await?;
+        joined(checker, "verify's key checks").await
     }
 
-    /// On two sessions: the log read on `tx`, each fact decoded once and checked against
-    /// the fold of the facts before it, then handed to the key checks, which merge the
-    /// facts with the key rows read on `beside` in the same order. Returns what the key
-    /// checks found.
+    /// On two sessions: the log read on `tx`, each fact decoded once (see `decode_rows`)
+    /// and checked against the fold of the facts before it, then handed to the key
+    /// checks, which merge the facts with the key rows read on `beside` in the same
+    /// order. Returns what the key checks found.
     async fn fold_beside(
         &self,
         tx: &Tx<'_>,
@@ -219,15 +221,18 @@ impl PgStore {
         fold: &mut Fold,
     ) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
-        let (log_out, mut log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (log_out, log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (decoded_out, mut decoded) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
         let (keys_out, keys) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
         let (to_checks, checked) = channel::<Vec<Fact>>(BATCHES_IN_FLIGHT);
+        let store = self.clone();
+        let decoder = tokio::task::spawn_blocking(move || store.decode_rows(log, decoded_out));
         let checker = tokio::task::spawn_blocking(move || merge_keys(checked, keys));
         let folding = async move {
-            while let Some(rows) = log.recv().await {
+            while let Some(rows) = decoded.recv().await {
                 let mut batch = Vec::with_capacity(rows.len());
-                for row in &rows {
-                    if let Some(fact) = self.fold_fact(row, fold)? {
+                for d in rows {
+                    if let Some((_, fact)) = fold_fact(d, fold) {
                         batch.push(fact);
                     }
                 }
@@ -243,57 +248,71 @@ impl PgStore {
             pump(beside, VERIFY_KEYS, keys_out),
             folding
         )?;
-        checker
-            .await
-            .map_err(|e| LedgerError::Unavailable(format!("verify's key checks: {e}")))?
+        joined(decoder, "verify's decoding").await?;
+        joined(checker, "verify's key checks").await
     }
 
-    /// Folds one row's fact; returns it for the key checks, or `None` when the row was
-    /// reported instead (a body that does not decode).
-    fn fold_fact(&self, row: &Row, fold: &mut Fold) -> Result<Option<Fact>> {
-        let r = &mut fold.r;
-        let seq: i64 = get(row, 0)?;
-        let prev = fold.prev;
-        if prev.is_some_and(|p| seq <= p) || seq < 1 {
-            r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
+    /// The log's rows decoded on a thread of their own, ahead of the fold: decoding and
+    /// the checks that need only the row and its fact were half of the fold's thread,
+    /// which the whole verify waits on.
+    fn decode_rows(
+        &self,
+        mut rows: Batches<Row>,
+        out: tokio::sync::mpsc::Sender<Vec<Decoded>>,
+    ) -> Result<()> {
+        while let Some(batch) = rows.blocking_recv() {
+            let decoded = batch
+                .into_iter()
+                .map(|row| self.decode_row(row))
+                .collect::<Result<Vec<_>>>()?;
+            if out.blocking_send(decoded).is_err() {
+                // The fold stopped on an error of its own.
+                break;
+            }
         }
-        fold.prev = Some(seq);
-        fold.facts += 1;
-        let fact = match self.decode(seq, get(row, 3)?) {
+        Ok(())
+    }
+
+    /// One row of the log with its fact decoded and what is found of the row alone.
+    fn decode_row(&self, row: Row) -> Result<Decoded> {
+        let seq: i64 = get(&row, 0)?;
+        let fact = match self.decode(seq, get(&row, 3)?) {
             Ok(f) => f,
             Err(e) => {
-                r.add(checks::KEY_FACT, e.to_string());
-                return Ok(None);
+                return Ok(Decoded {
+                    row,
+                    seq,
+                    fact: Err(e.to_string()),
+                    misfiled: None,
+                    unlisted: None,
+                });
             }
         };
-        let (c, k): (&str, &str) = (get(row, 1)?, get(row, 2)?);
-        if fact.client.as_str() != c || fact.key.as_str() != k {
-            r.add(
-                checks::KEY_FACT,
-                format!(
-                    "seq {seq} is filed under ({c:?}, {k:?}) but is the fact of ({:?}, {:?})",
-                    fact.client, fact.key
-                ),
-            );
-        }
+        let (c, k): (&str, &str) = (get(&row, 1)?, get(&row, 2)?);
+        let misfiled = (fact.client.as_str() != c || fact.key.as_str() != k).then(|| {
+            format!(
+                "seq {seq} is filed under ({c:?}, {k:?}) but is the fact of ({:?}, {:?})",
+                fact.client, fact.key
+            )
+        });
         // The statements' index (v7.sql) files a fact under its `doc`'s account unless its
         // `kind` is a rejection: a row whose columns disagree with its body would be
         // missing from its account's statement, or listed in another's.
-        let filed: Option<&str> = get(row, 4)?;
+        let filed: Option<&str> = get(&row, 4)?;
         let line = crate::projection::statement_line(&fact);
-        if filed != line.map(|l| l.account.as_str()) {
-            fold.r.add(
-                checks::STATEMENTS,
-                format!(
-                    "seq {seq} is in the statement of {filed:?} but moves {:?}",
-                    line.map(|l| l.account.as_str())
-                ),
-            );
-        }
-        checks::check_fold(&mut fold.r, &fact, &fold.balances, &mut fold.withdrawals);
-        fold.balances.apply(&fact);
-        fold.stats.apply(&fact);
-        Ok(Some(fact))
+        let unlisted = (filed != line.map(|l| l.account.as_str())).then(|| {
+            format!(
+                "seq {seq} is in the statement of {filed:?} but moves {:?}",
+                line.map(|l| l.account.as_str())
+            )
+        });
+        Ok(Decoded {
+            row,
+            seq,
+            fact: Ok(fact),
+            misfiled,
+            unlisted,
+        })
     }
 
     /// Key rows the log's stream did not meet: a key row is met once, beside the fact it
@@ -416,6 +435,55 @@ impl PgStore {
         }
         Ok(())
     }
+}
+
+/// A row of the log as the fold takes it from the decoder: its seq, its fact (or why its
+/// body does not decode), and what its columns were found to say against its body.
+struct Decoded {
+    row: Row,
+    seq: i64,
+    fact: std::result::Result<Fact, String>,
+    /// Filed under names that are not its fact's.
+    misfiled: Option<String>,
+    /// In the statement of another account than the one it moves.
+    unlisted: Option<String>,
+}
+
+/// Folds one decoded row's fact, reporting what was found of it in the log's order;
+/// returns the row and its fact for the key checks, or `None` when the row was reported
+/// instead (a body that does not decode).
+fn fold_fact(d: Decoded, fold: &mut Fold) -> Option<(Row, Fact)> {
+    let r = &mut fold.r;
+    let seq = d.seq;
+    let prev = fold.prev;
+    if prev.is_some_and(|p| seq <= p) || seq < 1 {
+        r.add(SEQ_ORDER, format!("seq {seq} after {prev:?}"));
+    }
+    fold.prev = Some(seq);
+    fold.facts += 1;
+    let fact = match d.fact {
+        Ok(f) => f,
+        Err(e) => {
+            r.add(checks::KEY_FACT, e);
+            return None;
+        }
+    };
+    if let Some(detail) = d.misfiled {
+        r.add(checks::KEY_FACT, detail);
+    }
+    if let Some(detail) = d.unlisted {
+        r.add(checks::STATEMENTS, detail);
+    }
+    let after = fold.balances.apply(&fact);
+    checks::check_after(r, &fact, after, &mut fold.withdrawals);
+    fold.stats.apply(&fact);
+    Some((d.row, fact))
+}
+
+/// The result of one of verify's threads.
+async fn joined<T>(task: tokio::task::JoinHandle<Result<T>>, what: &str) -> Result<T> {
+    task.await
+        .map_err(|e| LedgerError::Unavailable(format!("{what}: {e}")))?
 }
 
 /// Starts verify's read-only snapshot on `conn`: a new one, or the one another session
@@ -610,7 +678,7 @@ fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> 
     }
     match (status, row.stored) {
         ("done", Some(stored)) => {
-            if stored != response_digest(&Outcome::from_fact(fact), &mut keys.text) {
+            if stored != response_digest(fact, &mut keys.text) {
                 r.add(
                     checks::SAME_ANSWER,
                     format!("key {k:?} of {c:?}: the stored response is not its fact's"),
@@ -638,13 +706,14 @@ fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> 
 }
 
 /// The digest PostgreSQL keeps of a stored response (`response_digest`, schema version
-/// 6): the first 16 bytes of SHA-256 over `jsonb_send`, a version byte and then the text
-/// PostgreSQL prints for the document. That text is written here as PostgreSQL writes it,
-/// so a response is compared by 16 bytes instead of being read and parsed.
-fn response_digest(outcome: &Outcome, text: &mut String) -> [u8; 16] {
+/// 6) if it is the answer `fact` gives: the first 16 bytes of SHA-256 over `jsonb_send`,
+/// a version byte and then the text PostgreSQL prints for the document. That text is
+/// written here as PostgreSQL writes it, so a response is compared by 16 bytes instead of
+/// being read and parsed.
+fn response_digest(fact: &Fact, text: &mut String) -> [u8; 16] {
     use sha2::Digest as _;
     text.clear();
-    fact::json::outcome_jsonb(outcome, text);
+    fact::json::answer_jsonb(fact, text);
     let mut h = sha2::Sha256::new();
     h.update([1u8]);
     h.update(text.as_bytes());
