@@ -20,6 +20,26 @@ fn withdrawal(key: &str) -> (Key, Command) {
     )
 }
 
+/// A fresh ledger in a folder of its own (kept while the handle lives) where alice holds
+/// 1,000 RUB.
+fn ledger_with_alice() -> (tempfile::TempDir, SledStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
+    let deposit = Command::Deposit {
+        account: Account::parse("alice").unwrap(),
+        amount: Amount::new(1_000).unwrap(),
+        currency: Currency::parse("RUB").unwrap(),
+    };
+    l.blocking()
+        .submit(
+            &ClientId::default_client(),
+            &Key::parse("d").unwrap(),
+            deposit,
+        )
+        .unwrap();
+    (dir, l)
+}
+
 /// Waits until `n` keys are in flight (claimed, not yet answered).
 fn wait_pending(l: &SledStore, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -36,20 +56,8 @@ fn wait_pending(l: &SledStore, n: usize) {
 #[test]
 fn commands_that_arrive_while_the_syncer_is_busy_are_written_as_one_group() {
     let scenario = fail::FailScenario::setup();
-    let dir = tempfile::tempdir().unwrap();
-    let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
+    let (_dir, l) = ledger_with_alice();
     let client = ClientId::default_client();
-    l.blocking()
-        .submit(
-            &client,
-            &Key::parse("d").unwrap(),
-            Command::Deposit {
-                account: Account::parse("alice").unwrap(),
-                amount: Amount::new(1_000).unwrap(),
-                currency: Currency::parse("RUB").unwrap(),
-            },
-        )
-        .unwrap();
     let before = l.commit_metrics();
 
     // Every journal write now sleeps first: the first withdrawal is sealed at once and
@@ -109,17 +117,8 @@ fn writers(f: impl FnOnce()) -> Vec<String> {
 #[test]
 fn a_blocking_caller_that_finds_the_committer_idle_writes_its_own_group() {
     let scenario = fail::FailScenario::setup();
-    let dir = tempfile::tempdir().unwrap();
-    let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
+    let (_dir, l) = ledger_with_alice();
     let client = ClientId::default_client();
-    let deposit = Command::Deposit {
-        account: Account::parse("alice").unwrap(),
-        amount: Amount::new(1_000).unwrap(),
-        currency: Currency::parse("RUB").unwrap(),
-    };
-    l.blocking()
-        .submit(&client, &Key::parse("d").unwrap(), deposit)
-        .unwrap();
 
     // Let the syncer thread park: a caller meeting it mid-turn finds it busy.
     std::thread::sleep(Duration::from_millis(20));
@@ -193,17 +192,8 @@ fn a_blocking_caller_that_finds_the_committer_idle_writes_its_own_group() {
 #[test]
 fn after_a_group_of_several_a_blocking_caller_queues_instead_of_leading() {
     let scenario = fail::FailScenario::setup();
-    let dir = tempfile::tempdir().unwrap();
-    let (l, _) = SledStore::open(SledConfig::new(dir.path().join("ledger"))).unwrap();
+    let (_dir, l) = ledger_with_alice();
     let client = ClientId::default_client();
-    let deposit = Command::Deposit {
-        account: Account::parse("alice").unwrap(),
-        amount: Amount::new(1_000).unwrap(),
-        currency: Currency::parse("RUB").unwrap(),
-    };
-    l.blocking()
-        .submit(&client, &Key::parse("d").unwrap(), deposit)
-        .unwrap();
 
     // Three callers queued behind a pause are decided and written as one group: others
     // are submitting.
