@@ -1226,16 +1226,25 @@ mod postgres_only {
         };
         let first = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
         close(store).await;
-        // The database as version 9 left it: what version 10 changes, undone.
+        // The database as version 9 left it: what version 10 changes, undone (version 9's
+        // claim, run again, replaces version 10's body and settings).
         admin
-            .batch_execute(
-                "ALTER FUNCTION idem.idem_group_claim_v8(text[], text[], bytea[], timestamptz, \
+            .batch_execute(&format!(
+                "SET search_path = idem; {} RESET search_path; \
+                 ALTER FUNCTION idem.idem_group_claim_v8(text[], text[], bytea[], timestamptz, \
                      integer, text[], bytea[], text[], text[], integer) \
                      RESET enable_bitmapscan; \
                  DELETE FROM idem.schema_version WHERE version = 10",
-            )
+                include_str!("../src/store/pg/migrations/v9.sql")
+            ))
             .await
             .unwrap();
+        let group_of_one = "SELECT count(*) FROM pg_proc p \
+             JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'idem' AND p.proname = 'idem_group_claim_v8' \
+               AND p.prosrc LIKE '%IF n = 1 AND p_message[1] IS NULL%'";
+        let before: i64 = admin.query_one(group_of_one, &[]).await.unwrap().get(0);
+        assert_eq!(before, 0);
         let store = env.open().await;
         let version: i32 = admin
             .query_one("SELECT max(version) FROM idem.schema_version", &[])
@@ -1266,6 +1275,8 @@ mod postgres_only {
             settings.iter().any(|s| s == "enable_bitmapscan=off"),
             "{settings:?}"
         );
+        let after: i64 = admin.query_one(group_of_one, &[]).await.unwrap().get(0);
+        assert_eq!(after, 1);
         assert_eq!(
             replayed(submit(&store, "w-1", withdraw("alice", 100, rub())).await),
             first

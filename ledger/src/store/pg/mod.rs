@@ -21,7 +21,7 @@
 //!    and only then answer.
 //!
 //! The statements run inside two PL/pgSQL functions (`v8.sql`, the claim's body from
-//! `v9.sql`, its plan settings from `v9.sql` and `v10.sql`) that take the group as
+//! `v10.sql`, its plan settings from `v9.sql` and `v10.sql`) that take the group as
 //! arrays, `idem_group_claim_v8` (steps 1–3 up to the decisions) and
 //! `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined beside them: two
 //! round trips per group instead of one per dependent statement of each command.
@@ -126,7 +126,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("migrations/v9.sql"),
     ),
     (
-        "the accounts locked by an index scan",
+        "the accounts locked by an index scan, a group of one claimed as one command",
         include_str!("migrations/v10.sql"),
     ),
 ];
