@@ -208,6 +208,9 @@ fn after_a_group_of_several_a_blocking_caller_queues_instead_of_leading() {
         })
         .collect();
     wait_pending(&l, 3);
+    // A key is claimed just before its command is queued: let the last one reach the
+    // queue.
+    std::thread::sleep(Duration::from_millis(50));
     let before = l.commit_metrics();
     drop(pause);
     for c in callers {
