@@ -62,10 +62,10 @@ pub(super) enum Request {
 
 /// The committer as the decider thread and blocking callers share it. The decider thread
 /// holds `committer` whenever it has something in hand; the syncer thread holds `syncer`
-/// while it writes. A blocking caller that finds both free, nothing queued, nothing
-/// sealed but unwritten and the last group of at most one command leads: it decides its own command, seals it as the next group, lets
-/// go of the decider (which may decide what arrives meanwhile, as it does while the syncer
-/// syncs) and writes, syncs, applies and answers the group itself. So one submitter's
+/// while it writes. A blocking caller that finds both free, nothing queued, nothing sealed
+/// but unwritten and the last group of at most one command leads: it decides its own
+/// command, seals it as the next group, lets go of the decider (which may decide what
+/// arrives meanwhile, as it does while the syncer syncs) and writes, syncs, applies and answers the group itself. So one submitter's
 /// command costs no thread hand-off, and groups keep their order: a group is sealed only
 /// with `committer` held, and written only with `syncer` held after every group sealed
 /// before it.
@@ -171,6 +171,13 @@ enum Pending {
     },
     /// Signalled once everything before it is durable.
     Barrier(Sender<()>),
+}
+
+impl Pending {
+    /// A command's answer: what the commit metrics and the leader count.
+    fn is_command(&self) -> bool {
+        matches!(self, Pending::Command { .. })
+    }
 }
 
 /// A command as the committer takes it from the queue.
@@ -838,10 +845,7 @@ impl Committer {
             return None;
         }
         stats.observed = self.shared.observed();
-        self.last_group = answers
-            .iter()
-            .filter(|a| matches!(a, Pending::Command { .. }))
-            .count();
+        self.last_group = answers.iter().filter(|a| a.is_command()).count();
         group.number = self.next_group;
         group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
         // Each account's balances as the group leaves them, once: values are absolute, so
@@ -1035,7 +1039,7 @@ fn note_groups(
         .zip(errors)
         .filter(|(_, e)| e.is_none())
         .flat_map(|(s, _)| &s.answers)
-        .filter(|a| matches!(a, Pending::Command { .. }))
+        .filter(|a| a.is_command())
         .count();
     let journal_size = journal.stats();
     let mut m = shared.metrics.lock();
@@ -1051,11 +1055,7 @@ fn note_groups(
             .iter()
             .zip(errors)
             .filter(|(s, e)| {
-                e.is_none()
-                    && s.group.is_some()
-                    && s.answers
-                        .iter()
-                        .any(|a| matches!(a, Pending::Command { .. }))
+                e.is_none() && s.group.is_some() && s.answers.iter().any(Pending::is_command)
             })
             .count() as u64;
         let waited = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
