@@ -74,9 +74,12 @@ use crate::store::{
 use crate::store::{KeyQuery, Rules, Store};
 
 mod command;
+mod copy;
 mod group;
 mod keys;
 mod verify;
+#[doc(hidden)]
+pub use copy::{CopyReader, CopyRow, copy_sql};
 #[doc(hidden)]
 pub use verify::{VERIFY_FACTS, VERIFY_KEYS, VERIFY_LOG, VERIFY_SETTINGS};
 

@@ -81,10 +81,47 @@ struct KeyChecks {
 /// enough to keep both threads (and both sessions) busy, little enough to stay a few
 /// megabytes.
 const BATCH_ROWS: usize = 1024;
+
+/// The most withdrawals a verify reserves room for before it reads the log (24 bytes
+/// each): 4,194,304, about 100 MB.
+const WITHDRAWALS_RESERVED: usize = 1 << 22;
 const BATCHES_IN_FLIGHT: usize = 4;
 
 type Tx<'a> = deadpool_postgres::Transaction<'a>;
 type Batches<T> = tokio::sync::mpsc::Receiver<Vec<T>>;
+
+/// Emptied batches handed back to the stage that fills them. A batch of decoded rows is
+/// a few hundred kilobytes: made anew for each and freed on another thread, they cost
+/// fresh pages from the allocator (the kernel zeroing them) and cross-thread frees.
+struct Spare<T>(
+    crossbeam_channel::Sender<Vec<T>>,
+    crossbeam_channel::Receiver<Vec<T>>,
+);
+
+impl<T> Spare<T> {
+    fn new() -> Self {
+        let (give, take) = crossbeam_channel::bounded(BATCHES_IN_FLIGHT + 2);
+        Self(give, take)
+    }
+
+    /// An empty batch: a spare one if there is one.
+    fn take(&self) -> Vec<T> {
+        self.1
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(BATCH_ROWS + 1))
+    }
+
+    fn give(&self, mut batch: Vec<T>) {
+        batch.clear();
+        let _ = self.0.try_send(batch);
+    }
+}
+
+impl<T> Clone for Spare<T> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone(), self.1.clone())
+    }
+}
 
 impl PgStore {
     /// Rebuilds every projection from the log, in one snapshot, and checks each guarantee
@@ -117,6 +154,17 @@ impl PgStore {
             _ => None,
         };
         let mut fold = Fold::default();
+        // The withdrawals' table is sized once for the log: grown by doubling to a million
+        // entries it was rehashed twenty times, each time into fresh pages the kernel
+        // zeroes. The last seq bounds the withdrawals; the cap bounds what is reserved
+        // ahead for a log of mostly deposits.
+        let last: Option<i64> = tx
+            .query_one("SELECT max(seq) FROM facts", &[])
+            .await
+            .map_err(pg)
+            .and_then(|row| get(&row, 0))?;
+        let ahead = usize::try_from(last.unwrap_or(0)).unwrap_or(0);
+        fold.withdrawals.reserve(ahead.min(WITHDRAWALS_RESERVED));
         let mut keys = match &beside {
             Some(beside) => self.fold_beside(&tx, beside, &mut fold).await?,
             None => self.fold_joined(&tx, &mut fold).await?,
@@ -169,42 +217,45 @@ impl PgStore {
     /// checks on a thread of their own. Returns what the key checks found.
     async fn fold_joined(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
-        let (log_out, log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (log_out, log) = channel::<Vec<CopyRow>>(BATCHES_IN_FLIGHT);
         let (decoded_out, mut decoded) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
-        let (to_checks, mut checked) = channel::<Vec<(Row, Fact)>>(BATCHES_IN_FLIGHT);
+        let (to_checks, mut checked) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
+        let (rows_spare, decoded_spare) = (Spare::new(), Spare::new());
         let store = self.clone();
-        let decoder = tokio::task::spawn_blocking(move || store.decode_rows(log, decoded_out));
+        let (spares, done) = ((rows_spare.clone(), decoded_spare.clone()), decoded_spare);
+        let decoder =
+            tokio::task::spawn_blocking(move || store.decode_rows(log, decoded_out, spares));
         let checker = tokio::task::spawn_blocking(move || {
             let mut keys = KeyChecks::default();
             while let Some(batch) = checked.blocking_recv() {
-                for (row, fact) in &batch {
-                    check_key_row(KeyRow::joined(row)?, fact, &mut keys)?;
+                for d in &batch {
+                    if let (true, Ok(fact)) = (d.checked, &d.fact) {
+                        check_key_row(KeyRow::joined(d.joined()?)?, fact, &mut keys)?;
+                    }
                 }
+                done.give(batch);
             }
             Ok::<_, LedgerError>(keys)
         });
         let folding = async move {
-            while let Some(rows) = decoded.recv().await {
-                let mut batch = Vec::with_capacity(rows.len());
-                for d in rows {
-                    if fold.prev == Some(d.seq) && get::<bool>(&d.row, JOINED)? {
+            while let Some(mut rows) = decoded.recv().await {
+                for d in &mut rows {
+                    if fold.prev == Some(d.seq) && d.joined()?.bool(JOINED)? {
                         // The join meets a fact once per key row pointing at it.
                         let detail = format!("two key rows point at seq {}", d.seq);
                         fold.r.add(checks::KEY_FACT, detail);
                         continue;
                     }
-                    if let Some(checked) = fold_fact(d, fold) {
-                        batch.push(checked);
-                    }
+                    fold_fact(d, fold);
                 }
-                if to_checks.send(batch).await.is_err() {
+                if to_checks.send(rows).await.is_err() {
                     // The checker stopped on an error, which its result below reports.
                     break;
                 }
             }
             Ok::<_, LedgerError>(())
         };
-        tokio::try_join!(pump(tx, VERIFY_LOG, log_out), folding)?;
+        tokio::try_join!(pump(tx, VERIFY_LOG, log_out, rows_spare), folding)?;
         // The fold ends early only if the decoder stopped on an error: reported first.
         joined(decoder, "verify's decoding").await?;
         joined(checker, "verify's key checks").await
@@ -221,22 +272,25 @@ impl PgStore {
         fold: &mut Fold,
     ) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
-        let (log_out, log) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
+        let (log_out, log) = channel::<Vec<CopyRow>>(BATCHES_IN_FLIGHT);
         let (decoded_out, mut decoded) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
-        let (keys_out, keys) = channel::<Vec<Row>>(BATCHES_IN_FLIGHT);
-        let (to_checks, checked) = channel::<Vec<Fact>>(BATCHES_IN_FLIGHT);
+        let (keys_out, keys) = channel::<Vec<CopyRow>>(BATCHES_IN_FLIGHT);
+        let (to_checks, checked) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
+        let (rows_spare, decoded_spare, keys_spare) = (Spare::new(), Spare::new(), Spare::new());
         let store = self.clone();
-        let decoder = tokio::task::spawn_blocking(move || store.decode_rows(log, decoded_out));
-        let checker = tokio::task::spawn_blocking(move || merge_keys(checked, keys));
+        let spares = (rows_spare.clone(), decoded_spare.clone());
+        let decoder =
+            tokio::task::spawn_blocking(move || store.decode_rows(log, decoded_out, spares));
+        let keys_given = keys_spare.clone();
+        let checker = tokio::task::spawn_blocking(move || {
+            merge_keys(checked, decoded_spare, keys, keys_given)
+        });
         let folding = async move {
-            while let Some(rows) = decoded.recv().await {
-                let mut batch = Vec::with_capacity(rows.len());
-                for d in rows {
-                    if let Some((_, fact)) = fold_fact(d, fold) {
-                        batch.push(fact);
-                    }
+            while let Some(mut rows) = decoded.recv().await {
+                for d in &mut rows {
+                    fold_fact(d, fold);
                 }
-                if to_checks.send(batch).await.is_err() {
+                if to_checks.send(rows).await.is_err() {
                     // The checker stopped on an error, which its result below reports.
                     break;
                 }
@@ -244,8 +298,8 @@ impl PgStore {
             Ok::<_, LedgerError>(())
         };
         tokio::try_join!(
-            pump(tx, VERIFY_FACTS, log_out),
-            pump(beside, VERIFY_KEYS, keys_out),
+            pump(tx, VERIFY_FACTS, log_out, rows_spare),
+            pump(beside, VERIFY_KEYS, keys_out, keys_spare),
             folding
         )?;
         joined(decoder, "verify's decoding").await?;
@@ -257,14 +311,16 @@ impl PgStore {
     /// which the whole verify waits on.
     fn decode_rows(
         &self,
-        mut rows: Batches<Row>,
+        mut rows: Batches<CopyRow>,
         out: tokio::sync::mpsc::Sender<Vec<Decoded>>,
+        (rows_spare, decoded_spare): (Spare<CopyRow>, Spare<Decoded>),
     ) -> Result<()> {
-        while let Some(batch) = rows.blocking_recv() {
-            let decoded = batch
-                .into_iter()
-                .map(|row| self.decode_row(row))
-                .collect::<Result<Vec<_>>>()?;
+        while let Some(mut batch) = rows.blocking_recv() {
+            let mut decoded = decoded_spare.take();
+            for row in batch.drain(..) {
+                decoded.push(self.decode_row(row)?);
+            }
+            rows_spare.give(batch);
             if out.blocking_send(decoded).is_err() {
                 // The fold stopped on an error of its own.
                 break;
@@ -274,21 +330,22 @@ impl PgStore {
     }
 
     /// One row of the log with its fact decoded and what is found of the row alone.
-    fn decode_row(&self, row: Row) -> Result<Decoded> {
-        let seq: i64 = get(&row, 0)?;
-        let fact = match self.decode(seq, get(&row, 3)?) {
+    fn decode_row(&self, row: CopyRow) -> Result<Decoded> {
+        let seq = row.i64(0)?;
+        let fact = match self.decode(seq, row.bytes(3)?) {
             Ok(f) => f,
             Err(e) => {
                 return Ok(Decoded {
-                    row,
+                    row: joined_row(row),
                     seq,
                     fact: Err(e.to_string()),
                     misfiled: None,
                     unlisted: None,
+                    checked: false,
                 });
             }
         };
-        let (c, k): (&str, &str) = (get(&row, 1)?, get(&row, 2)?);
+        let (c, k) = (row.text(1)?, row.text(2)?);
         let misfiled = (fact.client.as_str() != c || fact.key.as_str() != k).then(|| {
             format!(
                 "seq {seq} is filed under ({c:?}, {k:?}) but is the fact of ({:?}, {:?})",
@@ -298,7 +355,7 @@ impl PgStore {
         // The statements' index (v7.sql) files a fact under its `doc`'s account unless its
         // `kind` is a rejection: a row whose columns disagree with its body would be
         // missing from its account's statement, or listed in another's.
-        let filed: Option<&str> = get(&row, 4)?;
+        let filed = row.opt_text(4)?;
         let line = crate::projection::statement_line(&fact);
         let unlisted = (filed != line.map(|l| l.account.as_str())).then(|| {
             format!(
@@ -307,11 +364,12 @@ impl PgStore {
             )
         });
         Ok(Decoded {
-            row,
+            row: joined_row(row),
             seq,
             fact: Ok(fact),
             misfiled,
             unlisted,
+            checked: false,
         })
     }
 
@@ -440,19 +498,44 @@ impl PgStore {
 /// A row of the log as the fold takes it from the decoder: its seq, its fact (or why its
 /// body does not decode), and what its columns were found to say against its body.
 struct Decoded {
-    row: Row,
+    /// The row, while what is left of it is needed: on one session, its key row's
+    /// columns. On two, it is dropped once decoded, so the driver's buffers it holds are
+    /// freed while they are still warm.
+    row: Option<CopyRow>,
     seq: i64,
     fact: std::result::Result<Fact, String>,
     /// Filed under names that are not its fact's.
     misfiled: Option<String>,
     /// In the statement of another account than the one it moves.
     unlisted: Option<String>,
+    /// Set by the fold: the fact goes on to the key checks (it decoded, and is not a
+    /// second meeting of the same fact).
+    checked: bool,
 }
 
-/// Folds one decoded row's fact, reporting what was found of it in the log's order;
-/// returns the row and its fact for the key checks, or `None` when the row was reported
-/// instead (a body that does not decode).
-fn fold_fact(d: Decoded, fold: &mut Fold) -> Option<(Row, Fact)> {
+/// The row kept for the key checks: a row of `VERIFY_LOG` (one session) carries its key
+/// row's columns; one of `VERIFY_FACTS` has nothing more to give.
+fn joined_row(row: CopyRow) -> Option<CopyRow> {
+    (row.len() > JOINED).then_some(row)
+}
+
+impl Decoded {
+    /// The row of `VERIFY_LOG` this was decoded from.
+    fn joined(&self) -> Result<&CopyRow> {
+        self.row.as_ref().ok_or_else(|| {
+            LedgerError::Unavailable(format!(
+                "seq {}: the key row's columns are missing",
+                self.seq
+            ))
+        })
+    }
+}
+
+/// Folds one decoded row's fact, reporting what was found of it in the log's order, and
+/// marks it for the key checks unless the row was reported instead (a body that does not
+/// decode). The fact stays where it is: moved into a batch of its own, a fact and its row
+/// were copied once more per fact.
+fn fold_fact(d: &mut Decoded, fold: &mut Fold) {
     let r = &mut fold.r;
     let seq = d.seq;
     let prev = fold.prev;
@@ -461,23 +544,23 @@ fn fold_fact(d: Decoded, fold: &mut Fold) -> Option<(Row, Fact)> {
     }
     fold.prev = Some(seq);
     fold.facts += 1;
-    let fact = match d.fact {
+    let fact = match &d.fact {
         Ok(f) => f,
         Err(e) => {
-            r.add(checks::KEY_FACT, e);
-            return None;
+            r.add(checks::KEY_FACT, e.clone());
+            return;
         }
     };
-    if let Some(detail) = d.misfiled {
+    if let Some(detail) = d.misfiled.take() {
         r.add(checks::KEY_FACT, detail);
     }
-    if let Some(detail) = d.unlisted {
+    if let Some(detail) = d.unlisted.take() {
         r.add(checks::STATEMENTS, detail);
     }
-    let after = fold.balances.apply(&fact);
-    checks::check_after(r, &fact, after, &mut fold.withdrawals);
-    fold.stats.apply(&fact);
-    Some((d.row, fact))
+    let after = fold.balances.apply(fact);
+    checks::check_after(r, fact, after, &mut fold.withdrawals);
+    fold.stats.apply(fact);
+    d.checked = true;
 }
 
 /// The result of one of verify's threads.
@@ -508,96 +591,119 @@ async fn snapshot<'a>(conn: &'a mut deadpool_postgres::Object, id: Option<&str>)
     Ok(tx)
 }
 
-/// Streams the rows of `sql` into `out` in batches, until they end or `out` is closed.
-async fn pump(tx: &Tx<'_>, sql: &str, out: tokio::sync::mpsc::Sender<Vec<Row>>) -> Result<()> {
+/// Streams the rows of `sql` into `out` in batches, until they end or `out` is closed:
+/// read with a binary COPY (see `copy.rs`), each row a slice of the stream.
+async fn pump(
+    tx: &Tx<'_>,
+    sql: &str,
+    out: tokio::sync::mpsc::Sender<Vec<CopyRow>>,
+    spare: Spare<CopyRow>,
+) -> Result<()> {
     use futures_util::TryStreamExt as _;
     let pg = |e: tokio_postgres::Error| pg_err(&e);
-    let rows = tx
-        .query_raw(sql, std::iter::empty::<i64>())
-        .await
-        .map_err(pg)?;
-    let mut rows = std::pin::pin!(rows);
-    let mut batch = Vec::with_capacity(BATCH_ROWS);
-    while let Some(row) = rows.try_next().await.map_err(pg)? {
-        batch.push(row);
+    let chunks = tx.copy_out(&copy_sql(sql)).await.map_err(pg)?;
+    let mut chunks = std::pin::pin!(chunks);
+    let mut reader = CopyReader::default();
+    let mut batch = spare.take();
+    while let Some(chunk) = chunks.try_next().await.map_err(pg)? {
+        reader.push(chunk, &mut batch)?;
         if batch.len() >= BATCH_ROWS {
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+            let full = std::mem::replace(&mut batch, spare.take());
             if out.send(full).await.is_err() {
                 // The reader stopped on an error of its own.
                 return Ok(());
             }
         }
     }
+    reader.finish()?;
     if !batch.is_empty() {
         let _ = out.send(batch).await;
     }
     Ok(())
 }
 
-/// The key rows in the order of the seq they point at, one row looked ahead.
+/// The key rows in the order of the seq they point at, read where they are in their
+/// batch; a batch read through is handed back to the read.
 struct KeyRows {
-    batches: Batches<Row>,
-    batch: std::vec::IntoIter<Row>,
-    ahead: Option<Row>,
+    batches: Batches<CopyRow>,
+    spare: Spare<CopyRow>,
+    batch: Vec<CopyRow>,
+    /// The next row's place in `batch`.
+    at: usize,
 }
 
 impl KeyRows {
     /// The seq the next row points at: `None` when the rows are done, `Some(None)` for a
     /// pending key's row (they sort last).
     fn peek(&mut self) -> Result<Option<Option<i64>>> {
-        if self.ahead.is_none() {
-            self.ahead = self.batch.next();
-            while self.ahead.is_none() {
-                let Some(next) = self.batches.blocking_recv() else {
-                    return Ok(None);
-                };
-                self.batch = next.into_iter();
-                self.ahead = self.batch.next();
-            }
+        while self.at >= self.batch.len() {
+            let Some(next) = self.batches.blocking_recv() else {
+                return Ok(None);
+            };
+            self.spare.give(std::mem::replace(&mut self.batch, next));
+            self.at = 0;
         }
-        self.ahead.as_ref().map(|row| get(row, 0)).transpose()
+        self.batch[self.at].opt_i64(0).map(Some)
     }
 
-    fn take(&mut self, keys: &mut KeyChecks) -> Option<Row> {
-        keys.rows += u64::from(self.ahead.is_some());
-        self.ahead.take()
+    /// The next row, once `peek` has found there is one.
+    fn row(&self) -> Option<&CopyRow> {
+        self.batch.get(self.at)
+    }
+
+    /// Past the next row, counting it.
+    fn skip(&mut self, keys: &mut KeyChecks) {
+        if self.at < self.batch.len() {
+            keys.rows += 1;
+            self.at += 1;
+        }
     }
 }
 
 /// The facts the fold hands over, in seq order, merged with the key rows sorted by the
 /// seq they point at: each fact meets the key rows pointing at it. A key row that meets
 /// no fact is counted and found again by `check_key_rows`.
-fn merge_keys(mut facts: Batches<Fact>, batches: Batches<Row>) -> Result<KeyChecks> {
+fn merge_keys(
+    mut facts: Batches<Decoded>,
+    facts_spare: Spare<Decoded>,
+    batches: Batches<CopyRow>,
+    spare: Spare<CopyRow>,
+) -> Result<KeyChecks> {
     let mut keys = KeyChecks::default();
     let mut rows = KeyRows {
         batches,
-        batch: Vec::new().into_iter(),
-        ahead: None,
+        spare,
+        batch: Vec::new(),
+        at: 0,
     };
     while let Some(batch) = facts.blocking_recv() {
-        for fact in &batch {
+        for d in &batch {
+            let (true, Ok(fact)) = (d.checked, &d.fact) else {
+                continue;
+            };
             let seq = i64::try_from(fact.seq).unwrap_or(i64::MAX);
             while matches!(rows.peek()?, Some(Some(s)) if s < seq) {
-                rows.take(&mut keys);
+                rows.skip(&mut keys);
             }
-            let row = match rows.peek()? {
-                Some(Some(s)) if s == seq => rows.take(&mut keys),
+            let met = matches!(rows.peek()?, Some(Some(s)) if s == seq);
+            let row = match rows.row() {
+                Some(row) if met => Some(KeyRow::read(row, fact)?),
                 _ => None,
             };
-            let row = row
-                .as_ref()
-                .map(|row| KeyRow::read(row, fact))
-                .transpose()?;
             check_key_row(row, fact, &mut keys)?;
+            if met {
+                rows.skip(&mut keys);
+            }
             while rows.peek()? == Some(Some(seq)) {
-                rows.take(&mut keys);
+                rows.skip(&mut keys);
                 keys.r
                     .add(checks::KEY_FACT, format!("two key rows point at seq {seq}"));
             }
         }
+        facts_spare.give(batch);
     }
     while rows.peek()?.is_some() {
-        rows.take(&mut keys);
+        rows.skip(&mut keys);
     }
     Ok(keys)
 }
@@ -613,27 +719,27 @@ struct KeyRow<'a> {
 
 impl<'a> KeyRow<'a> {
     /// A row of `VERIFY_KEYS`, whose key is compared with the fact's here.
-    fn read(row: &'a Row, fact: &Fact) -> Result<Self> {
-        let (client, key): (&str, &str) = (get(row, 1)?, get(row, 2)?);
+    fn read(row: &'a CopyRow, fact: &Fact) -> Result<Self> {
+        let (client, key) = (row.text(1)?, row.text(2)?);
         Ok(Self {
             same_key: client == fact.client.as_str() && key == fact.key.as_str(),
-            status: get(row, 3)?,
-            hash: get(row, 4)?,
-            stored: get(row, 5)?,
+            status: row.text(3)?,
+            hash: row.bytes(4)?,
+            stored: row.opt_bytes(5)?,
         })
     }
 
     /// The key row in a row of `VERIFY_LOG`, compared by the join; `None` if no key row
     /// points at the fact.
-    fn joined(row: &'a Row) -> Result<Option<Self>> {
-        if !get::<bool>(row, JOINED)? {
+    fn joined(row: &'a CopyRow) -> Result<Option<Self>> {
+        if !row.bool(JOINED)? {
             return Ok(None);
         }
         Ok(Some(Self {
-            same_key: get::<Option<bool>>(row, JOINED + 1)? == Some(true),
-            status: get(row, JOINED + 2)?,
-            hash: get(row, JOINED + 3)?,
-            stored: get(row, JOINED + 4)?,
+            same_key: row.opt_bool(JOINED + 1)? == Some(true),
+            status: row.text(JOINED + 2)?,
+            hash: row.bytes(JOINED + 3)?,
+            stored: row.opt_bytes(JOINED + 4)?,
         }))
     }
 }
