@@ -1212,8 +1212,9 @@ mod postgres_only {
         env.finish().await;
     }
 
-    /// A database at schema version 9 with commands in it is upgraded in place to version
-    /// 10 by the next worker that opens it: the claim locks accounts by an index scan,
+    /// A database at schema version 9 with commands in it is upgraded in place to the
+    /// latest version by the next worker that opens it: the claim locks accounts by an
+    /// index scan,
     /// while the log keeps its unique constraint on (client, key), every key done before
     /// still replays, a reused key is still refused, new commands execute and verify finds
     /// the ledger clean.
@@ -1234,7 +1235,7 @@ mod postgres_only {
                  ALTER FUNCTION idem.idem_group_claim_v8(text[], text[], bytea[], timestamptz, \
                      integer, text[], bytea[], text[], text[], integer) \
                      RESET enable_bitmapscan; \
-                 DELETE FROM idem.schema_version WHERE version = 10",
+                 DELETE FROM idem.schema_version WHERE version >= 10",
                 include_str!("../src/store/pg/migrations/v9.sql")
             ))
             .await
@@ -1251,7 +1252,7 @@ mod postgres_only {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(version, 10);
+        assert_eq!(version, 11);
         let unique: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_constraint \
@@ -1288,6 +1289,142 @@ mod postgres_only {
         let o = executed(submit(&store, "w-2", withdraw("alice", 50, rub())).await);
         assert_eq!(applied(&o).balance, 350);
         assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
+    /// A database at schema version 10 is upgraded in place to version 11 by the next
+    /// worker that opens it: the apply writes a group of one with one statement per write,
+    /// keeps its plan settings, and every kind of group of one it takes (a withdrawal, a
+    /// deposit opening an account, a rejection) and a replay and a reuse of a key written
+    /// by version 10 answer as before, with verify finding the ledger clean.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_version_10_database_is_upgraded_in_place() {
+        let Some((env, store, admin)) =
+            with_alice("postgres_only::a_version_10_database_is_upgraded_in_place").await
+        else {
+            return;
+        };
+        let first = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        close(store).await;
+        // The database as version 10 left it: version 8's apply, with version 9's settings.
+        let v8 = include_str!("../src/store/pg/migrations/v8.sql");
+        let start = v8.find("CREATE FUNCTION idem_group_apply_v8(").unwrap();
+        let end = start + v8[start..].find("END $$;").unwrap() + "END $$;".len();
+        let apply = v8[start..end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1);
+        let v9 = include_str!("../src/store/pg/migrations/v9.sql");
+        let settings = &v9[v9.find("ALTER FUNCTION idem_group_apply_v8(").unwrap()..];
+        admin
+            .batch_execute(&format!(
+                "SET search_path = idem; {apply} {settings} RESET search_path; \
+                 DELETE FROM idem.schema_version WHERE version = 11"
+            ))
+            .await
+            .unwrap();
+        let function = "SELECT p.prosrc LIKE '%A group of one fact%', p.proconfig \
+             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'idem' AND p.proname = 'idem_group_apply_v8'";
+        let row = admin.query_one(function, &[]).await.unwrap();
+        assert!(
+            !row.get::<_, bool>(0),
+            "version 10's apply was not restored"
+        );
+        let store = env.open().await;
+        let version: i32 = admin
+            .query_one("SELECT max(version) FROM idem.schema_version", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, 11);
+        let row = admin.query_one(function, &[]).await.unwrap();
+        assert!(row.get::<_, bool>(0), "version 11's apply is not there");
+        let settings: Vec<String> = row.get(1);
+        for s in ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"] {
+            assert!(settings.iter().any(|x| x == s), "{s} missing: {settings:?}");
+        }
+        assert_eq!(
+            replayed(submit(&store, "w-1", withdraw("alice", 100, rub())).await),
+            first
+        );
+        assert!(matches!(
+            submit(&store, "w-1", withdraw("alice", 99, rub())).await,
+            Submission::Reused
+        ));
+        let o = executed(submit(&store, "w-2", withdraw("alice", 50, rub())).await);
+        assert_eq!(applied(&o).balance, 350);
+        let o = executed(submit(&store, "d-2", deposit("bob", 7, rub())).await);
+        assert_eq!(applied(&o).balance, 7);
+        let o = executed(submit(&store, "w-3", withdraw("bob", 8, rub())).await);
+        assert_eq!(o.rejection(), Some(Rejection::InsufficientFunds));
+        assert_eq!(balance(&store, "alice", rub()).await, Some(350));
+        assert_eq!(balance(&store, "bob", rub()).await, Some(7));
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
+    /// The apply of a group of one checks each write against the decisions as the apply of
+    /// a larger group does: a balance the decisions do not give, or a new account whose
+    /// first change is not its balance, raises IDM01 and writes nothing of the group.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_apply_of_a_group_of_one_refuses_what_the_decisions_do_not_give() {
+        let Some((env, store, admin)) = with_alice(
+            "postgres_only::the_apply_of_a_group_of_one_refuses_what_the_decisions_do_not_give",
+        )
+        .await
+        else {
+            return;
+        };
+        // One withdrawal of 1 from alice (500), decided as leaving `after`; `exists` says
+        // whether the claim found her row.
+        let apply = |exists: bool, after: &str| {
+            format!(
+                "SET search_path = idem; SELECT idem_group_apply_v8(now(), 0::smallint, \
+                 ARRAY[9999]::bigint[], \
+                 ARRAY['default'], ARRAY['x-1'], ARRAY['WithdrawalRecorded'], \
+                 ARRAY[NULL]::text[], ARRAY['\\x00'::bytea], ARRAY['{{}}'::jsonb], \
+                 ARRAY['{{}}'::jsonb], ARRAY['\\x00'::bytea], ARRAY['alice'], ARRAY['RUB'], \
+                 ARRAY['-1'], ARRAY[{exists}], ARRAY['{after}'], '{{}}'::text[], \
+                 '{{}}'::text[], '{{}}'::bigint[], '{{}}'::bigint[], '{{}}'::boolean[], \
+                 '{{}}'::bigint[], ARRAY['@payouts'], ARRAY['RUB'], ARRAY['1'], \
+                 ARRAY['applied'], ARRAY[1::bigint], '{{}}'::text[], '{{}}'::bigint[], \
+                 '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], '{{}}'::text[])"
+            )
+        };
+        for (exists, after, said) in [
+            (
+                true,
+                "12345",
+                "alice's balance is 500, from which the decisions do not give 12345",
+            ),
+            (
+                false,
+                "7",
+                "a new account's first change is not its balance",
+            ),
+        ] {
+            let e = admin
+                .batch_execute(&apply(exists, after))
+                .await
+                .unwrap_err();
+            let db = e.as_db_error().unwrap();
+            assert_eq!(db.code().code(), "IDM01", "{db:?}");
+            assert!(db.message().contains(said), "{db:?}");
+        }
+        let written: i64 = admin
+            .query_one(
+                "SELECT (SELECT count(*) FROM idem.facts WHERE seq = 9999) \
+                      + (SELECT count(*) FROM idem.idempotency_keys WHERE key = 'x-1')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(written, 0);
+        assert_eq!(balance(&store, "alice", rub()).await, Some(500));
+        // The same call with the balance the decision gives is written whole.
+        admin.batch_execute(&apply(true, "499")).await.unwrap();
+        assert_eq!(balance(&store, "alice", rub()).await, Some(499));
         close(store).await;
         env.finish().await;
     }

@@ -132,6 +132,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "the accounts locked by an index scan, a group of one claimed as one command",
         include_str!("migrations/v10.sql"),
     ),
+    (
+        "a group of one applied as one command",
+        include_str!("migrations/v11.sql"),
+    ),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows
