@@ -88,19 +88,23 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Counts the rows of `sql` in `tx`, streamed as verify reads them (a binary COPY split
 /// into rows), looking at nothing else.
 async fn count_rows(tx: &tokio_postgres::Transaction<'_>, sql: &str) -> u64 {
-    use ledger::store::pg::{CopyReader, copy_sql};
+    use ledger::store::pg::{CopyReader, RowBatch, copy_sql};
     let stream = tx.copy_out(&copy_sql(sql)).await.unwrap();
     let mut stream = std::pin::pin!(stream);
-    let (mut reader, mut batch, mut rows) = (CopyReader::default(), Vec::new(), 0u64);
+    let mut reader = CopyReader::default();
+    let (mut batch, mut other, mut rows) = (RowBatch::default(), RowBatch::default(), 0u64);
     while let Some(chunk) = stream.try_next().await.unwrap() {
-        reader.push(chunk, &mut batch).unwrap();
-        rows += batch.len() as u64;
-        for row in batch.drain(..) {
-            std::hint::black_box(row.len());
+        reader.push(&chunk, &mut batch).unwrap();
+        if batch.len() >= 1024 {
+            reader.carry(&mut batch, &mut other);
+            rows += batch.len() as u64;
+            std::hint::black_box(batch.row(batch.len() - 1).len());
+            batch.clear();
+            std::mem::swap(&mut batch, &mut other);
         }
     }
-    reader.finish().unwrap();
-    rows
+    reader.finish(&batch).unwrap();
+    rows + batch.len() as u64
 }
 
 /// A session in verify's kind of snapshot (the one `id` names, if given), with its

@@ -10,7 +10,8 @@ use tokio::sync::futures::OwnedNotified;
 
 use super::*;
 
-// The group's two statements (`v8.sql`, the claim's body from `v10.sql`), prepared once
+// The group's two statements (`v8.sql`, the claim's body from `v10.sql`, the apply's from
+// `v11.sql`), prepared once
 // per connection (deadpool's cache) so that BEGIN and COMMIT ride beside them.
 pub(super) const SQL_CLAIM: &str = "SELECT r_i, r_state, r_message_claimed, r_hash, r_seq, \
      r_body, r_withdrawal_seq, r_withdrawal, r_client, r_name, r_currency, r_balance, r_total \

@@ -4,16 +4,17 @@
 //! allocation for its column ranges, a type check per column read). Over a whole log
 //! that was a fifth of verify's CPU on the client. COPY sends the same columns in the
 //! binary format (the types' send functions, as the extended query protocol does) as a
-//! stream of bytes; here a row is a slice of that stream (`Bytes`, counted, not copied)
-//! and its fields are found by their lengths, read in place.
+//! stream of bytes. Here each chunk of it is copied once into the buffer of a batch of
+//! rows (`RowBatch`), where the rows' fields are found by their lengths and read in
+//! place. The copy is what lets the driver's buffer go at once, on the thread that read
+//! it: rows that kept slices of it alive were freed on other threads, and the driver,
+//! finding its buffer still shared, took fresh memory for every read.
 //!
 //! The format (PostgreSQL's documentation, "COPY", binary format): an 11-byte signature,
 //! a 32-bit flags word, a 32-bit header extension length and the extension; then per row
 //! a 16-bit field count and per field a 32-bit length (-1 for NULL) and its bytes; then a
 //! field count of -1. Every number is big-endian. The server sends a row per CopyData
 //! message, but nothing here relies on where the messages split.
-
-use bytes::Bytes;
 
 use crate::store::LedgerError;
 
@@ -25,39 +26,80 @@ const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 /// The most columns a row of verify's reads has (`VERIFY_LOG`).
 pub const MAX_FIELDS: usize = 10;
 
-/// One row: its bytes, and where each field's bytes are in them (`None` for NULL).
-pub struct CopyRow {
-    data: Bytes,
-    fields: [Option<(u32, u32)>; MAX_FIELDS],
+/// Where a row's fields are in its batch's bytes (`None` for NULL).
+#[derive(Clone, Copy)]
+struct Fields {
+    at: [Option<(u32, u32)>; MAX_FIELDS],
     len: u8,
+}
+
+/// Rows of a COPY stream: their bytes in one buffer, and where each row's fields are.
+#[derive(Default)]
+pub struct RowBatch {
+    data: Vec<u8>,
+    rows: Vec<Fields>,
+}
+
+impl RowBatch {
+    /// The rows in the batch.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether the batch has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The bytes the batch holds, rows and a row not yet whole.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> CopyRow<'_> {
+        CopyRow {
+            data: &self.data,
+            fields: &self.rows[i],
+        }
+    }
+
+    /// Empties the batch, keeping its memory.
+    pub fn clear(&mut self) {
+        self.data.clear();
+        self.rows.clear();
+    }
+}
+
+/// One row, read in place in its batch.
+#[derive(Clone, Copy)]
+pub struct CopyRow<'a> {
+    data: &'a [u8],
+    fields: &'a Fields,
 }
 
 fn bad(what: String) -> LedgerError {
     LedgerError::Unavailable(format!("unexpected COPY data: {what}"))
 }
 
-impl CopyRow {
+impl<'a> CopyRow<'a> {
     /// The number of fields.
     pub fn len(&self) -> usize {
-        usize::from(self.len)
+        usize::from(self.fields.len)
     }
 
     /// Whether the row has no fields.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.fields.len == 0
     }
 
     /// Field `i`'s bytes, `None` for NULL.
-    pub fn raw(&self, i: usize) -> Result<Option<&[u8]>> {
+    pub fn raw(&self, i: usize) -> Result<Option<&'a [u8]>> {
         if i >= self.len() {
-            return Err(bad(format!("no column {i} in a row of {}", self.len)));
+            return Err(bad(format!("no column {i} in a row of {}", self.len())));
         }
-        Ok(self.fields[i].map(|(at, n)| &self.data[at as usize..(at + n) as usize]))
-    }
-
-    fn not_null(&self, i: usize) -> Result<&[u8]> {
-        self.raw(i)?
-            .ok_or_else(|| bad(format!("column {i} is NULL")))
+        let data = self.data;
+        Ok(self.fields.at[i].map(|(at, n)| &data[at as usize..(at + n) as usize]))
     }
 
     /// A `bigint` field that may be NULL.
@@ -95,41 +137,43 @@ impl CopyRow {
     }
 
     /// A `text` field that may be NULL (the session's encoding is UTF-8).
-    pub fn opt_text(&self, i: usize) -> Result<Option<&str>> {
+    pub fn opt_text(&self, i: usize) -> Result<Option<&'a str>> {
         self.raw(i)?
             .map(|b| std::str::from_utf8(b).map_err(|e| bad(format!("column {i}: {e}"))))
             .transpose()
     }
 
     /// A `text` field.
-    pub fn text(&self, i: usize) -> Result<&str> {
+    pub fn text(&self, i: usize) -> Result<&'a str> {
         self.opt_text(i)?
             .ok_or_else(|| bad(format!("column {i} is NULL")))
     }
 
     /// A `bytea` field that may be NULL.
-    pub fn opt_bytes(&self, i: usize) -> Result<Option<&[u8]>> {
+    pub fn opt_bytes(&self, i: usize) -> Result<Option<&'a [u8]>> {
         self.raw(i)
     }
 
     /// A `bytea` field.
-    pub fn bytes(&self, i: usize) -> Result<&[u8]> {
-        self.not_null(i)
+    pub fn bytes(&self, i: usize) -> Result<&'a [u8]> {
+        self.raw(i)?
+            .ok_or_else(|| bad(format!("column {i} is NULL")))
     }
 }
 
-/// Splits a binary COPY stream into rows, chunk by chunk as the driver hands them over.
+/// Splits a binary COPY stream into rows, chunk by chunk as the driver hands them over,
+/// into batches (see `carry`).
 #[derive(Default)]
 pub struct CopyReader {
     header: bool,
     done: bool,
-    /// The start of a row (or of the header) that a chunk ended inside of.
-    carry: Vec<u8>,
+    /// The first byte of the current batch's buffer not yet read as a row (or header).
+    at: usize,
 }
 
 /// What the bytes from an offset hold.
 enum Next {
-    Row(CopyRow, usize),
+    Row(Fields, usize),
     End(usize),
     /// More bytes are needed.
     Short,
@@ -144,52 +188,54 @@ fn be_i32(b: &[u8], at: usize) -> Option<i32> {
 }
 
 impl CopyReader {
-    /// Takes the next chunk of the stream, appending the rows it completes to `out`.
-    pub fn push(&mut self, chunk: Bytes, out: &mut Vec<CopyRow>) -> Result<()> {
-        let data = if self.carry.is_empty() {
-            chunk
-        } else {
-            self.carry.extend_from_slice(&chunk);
-            Bytes::from(std::mem::take(&mut self.carry))
-        };
-        let mut at = 0;
+    /// Takes the next chunk of the stream into `batch`, adding the rows it completes.
+    pub fn push(&mut self, chunk: &[u8], batch: &mut RowBatch) -> Result<()> {
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if self.done {
+            return Err(bad("bytes after the end of the rows".into()));
+        }
+        batch.data.extend_from_slice(chunk);
+        let data = &batch.data;
         if !self.header {
-            match header_end(&data)? {
+            match header_end(&data[self.at..])? {
                 Some(end) => {
-                    at = end;
+                    self.at += end;
                     self.header = true;
                 }
-                None => {
-                    self.carry = data.to_vec();
-                    return Ok(());
-                }
+                None => return Ok(()),
             }
         }
-        while at < data.len() {
+        while self.at < data.len() {
             if self.done {
                 return Err(bad("bytes after the end of the rows".into()));
             }
-            match next(&data, at)? {
-                Next::Row(row, end) => {
-                    out.push(row);
-                    at = end;
+            match next(data, self.at)? {
+                Next::Row(fields, end) => {
+                    batch.rows.push(fields);
+                    self.at = end;
                 }
                 Next::End(end) => {
                     self.done = true;
-                    at = end;
+                    self.at = end;
                 }
-                Next::Short => {
-                    self.carry = data[at..].to_vec();
-                    break;
-                }
+                Next::Short => break,
             }
         }
         Ok(())
     }
 
-    /// Checks the stream ended where its rows did.
-    pub fn finish(&self) -> Result<()> {
-        if self.done && self.carry.is_empty() {
+    /// Ends `full` at its last whole row and starts `next` with the bytes after it.
+    pub fn carry(&mut self, full: &mut RowBatch, next: &mut RowBatch) {
+        next.data.extend_from_slice(&full.data[self.at..]);
+        full.data.truncate(self.at);
+        self.at = 0;
+    }
+
+    /// Checks the stream ended where its rows did (`batch` is the last one).
+    pub fn finish(&self, batch: &RowBatch) -> Result<()> {
+        if self.done && self.at == batch.data.len() {
             Ok(())
         } else {
             Err(bad("the stream ended inside a row".into()))
@@ -197,7 +243,7 @@ impl CopyReader {
     }
 }
 
-/// Where the rows start, once the header is whole.
+/// How long the header is, once it is whole.
 fn header_end(data: &[u8]) -> Result<Option<usize>> {
     if data.len() < SIGNATURE.len() + 8 {
         return Ok(None);
@@ -217,7 +263,7 @@ fn header_end(data: &[u8]) -> Result<Option<usize>> {
 }
 
 /// The row (or the end) at `at`.
-fn next(data: &Bytes, at: usize) -> Result<Next> {
+fn next(data: &[u8], at: usize) -> Result<Next> {
     let Some(count) = be_i16(data, at) else {
         return Ok(Next::Short);
     };
@@ -228,9 +274,13 @@ fn next(data: &Bytes, at: usize) -> Result<Next> {
     if n > MAX_FIELDS {
         return Err(bad(format!("{n} fields, more than {MAX_FIELDS}")));
     }
-    let mut fields = [None; MAX_FIELDS];
+    let mut fields = Fields {
+        at: [None; MAX_FIELDS],
+        // n ≤ MAX_FIELDS, checked above.
+        len: u8::try_from(n).unwrap_or(u8::MAX),
+    };
     let mut p = at + 2;
-    for field in fields.iter_mut().take(n) {
+    for field in fields.at.iter_mut().take(n) {
         let Some(len) = be_i32(data, p) else {
             return Ok(Next::Short);
         };
@@ -242,21 +292,14 @@ fn next(data: &Bytes, at: usize) -> Result<Next> {
         if data.len() < p + len {
             return Ok(Next::Short);
         }
-        // Offsets within the row's own slice; a CopyData message is far below 4 GiB.
-        let (start, size) = (u32::try_from(p - at), u32::try_from(len));
-        let (Ok(start), Ok(size)) = (start, size) else {
-            return Err(bad("a row beyond 4 GiB".into()));
+        // A batch is sent on well before 4 GiB (`BATCH_BYTES` in verify.rs).
+        let (Ok(start), Ok(size)) = (u32::try_from(p), u32::try_from(len)) else {
+            return Err(bad("a batch beyond 4 GiB".into()));
         };
         *field = Some((start, size));
         p += len;
     }
-    let row = CopyRow {
-        data: data.slice(at..p),
-        fields,
-        // n ≤ MAX_FIELDS, checked above.
-        len: u8::try_from(n).unwrap_or(u8::MAX),
-    };
-    Ok(Next::Row(row, p))
+    Ok(Next::Row(fields, p))
 }
 
 /// The statement that streams `sql`'s rows in the binary format.
@@ -309,17 +352,36 @@ mod tests {
         ]
     }
 
-    fn read(chunks: impl IntoIterator<Item = Vec<u8>>) -> Result<Vec<CopyRow>> {
+    /// The rows of `chunks`, in batches of at most `per` rows, as verify's reads take them.
+    fn read_in(chunks: impl IntoIterator<Item = Vec<u8>>, per: usize) -> Result<Vec<RowBatch>> {
         let mut r = CopyReader::default();
-        let mut out = Vec::new();
+        let mut batches = vec![RowBatch::default()];
         for c in chunks {
-            r.push(Bytes::from(c), &mut out)?;
+            let batch = batches.last_mut().unwrap();
+            r.push(&c, batch)?;
+            if batch.len() >= per {
+                let mut next = RowBatch::default();
+                r.carry(batch, &mut next);
+                batches.push(next);
+            }
         }
-        r.finish()?;
-        Ok(out)
+        r.finish(batches.last().unwrap())?;
+        Ok(batches)
     }
 
-    fn check(out: &[CopyRow]) {
+    fn read(chunks: impl IntoIterator<Item = Vec<u8>>) -> Result<Vec<RowBatch>> {
+        read_in(chunks, usize::MAX)
+    }
+
+    fn rows_of(batches: &[RowBatch]) -> Vec<CopyRow<'_>> {
+        batches
+            .iter()
+            .flat_map(|b| (0..b.len()).map(move |i| b.row(i)))
+            .collect()
+    }
+
+    fn check(batches: &[RowBatch]) {
+        let out = rows_of(batches);
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].i64(0).unwrap(), 7);
         assert_eq!(out[0].text(1).unwrap(), "alice");
@@ -342,6 +404,12 @@ mod tests {
             }
             // A byte a chunk.
             check(&read(s.iter().map(|b| vec![*b])).unwrap());
+            // Batches of one row, cut anywhere: a row begun in one batch ends in the next.
+            for size in [1, 3, 7] {
+                let batches = read_in(s.chunks(size).map(<[u8]>::to_vec), 1).unwrap();
+                assert!(batches.len() >= 3);
+                check(&batches);
+            }
         }
     }
 
@@ -368,7 +436,8 @@ mod tests {
 
     #[test]
     fn fields_of_the_wrong_shape_are_errors_not_values() {
-        let out = read([stream(&rows(), 0)]).unwrap();
+        let batches = read([stream(&rows(), 0)]).unwrap();
+        let out = rows_of(&batches);
         assert!(out[0].i64(1).is_err(), "5 bytes read as a bigint");
         assert!(out[0].i64(2).is_err(), "NULL read as a bigint");
         assert!(out[0].bool(0).is_err(), "8 bytes read as a boolean");

@@ -2,7 +2,8 @@
 //! flight are decided together, in one transaction with one commit (`v8.sql`; the
 //! claim's body from `v10.sql`: `v9.sql`'s, with its lock on the accounts by an index
 //! scan, and a group of one deposit or withdrawal without a message id claimed by
-//! version 3's statements for one command).
+//! version 3's statements for one command; the apply's from `v11.sql`, which writes a
+//! group of one fact with one statement per write).
 //!
 //! Each process runs `PgConfig::lanes` lanes, each a task that runs one group at a
 //! time on one connection. A command goes to the lane of the account it acts on (a refund:

@@ -21,7 +21,8 @@
 //!    and only then answer.
 //!
 //! The statements run inside two PL/pgSQL functions (`v8.sql`, the claim's body from
-//! `v10.sql`, its plan settings from `v9.sql` and `v10.sql`) that take the group as
+//! `v10.sql`, the apply's from `v11.sql`, their plan settings from `v9.sql` and
+//! `v10.sql`) that take the group as
 //! arrays, `idem_group_claim_v8` (steps 1–3 up to the decisions) and
 //! `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined beside them: two
 //! round trips per group instead of one per dependent statement of each command.
@@ -79,7 +80,7 @@ mod group;
 mod keys;
 mod verify;
 #[doc(hidden)]
-pub use copy::{CopyReader, CopyRow, copy_sql};
+pub use copy::{CopyReader, CopyRow, RowBatch, copy_sql};
 #[doc(hidden)]
 pub use verify::{VERIFY_FACTS, VERIFY_KEYS, VERIFY_LOG, VERIFY_SETTINGS};
 

@@ -9,10 +9,13 @@ use crate::store::verify as checks;
 pub(super) const SEQ_ORDER: &str = "the log's sequence numbers are unique and increasing";
 
 /// The settings of verify's snapshot (see `verify_now`). Public for the bench that reads
-/// the same rows bare.
+/// the same rows bare. The key rows are sorted by seq for the merge with the log: with
+/// 64 MB a million of them (134 MB to sort in memory) spilled to disk, and the sort was
+/// the server's larger part of the read; 256 MB keeps about two million in memory, and
+/// the server takes it only for the sort, only while a verify runs.
 #[doc(hidden)]
 pub const VERIFY_SETTINGS: &str = "SET LOCAL statement_timeout = 0; \
-     SET LOCAL work_mem = '64MB'; \
+     SET LOCAL work_mem = '256MB'; \
      SET LOCAL max_parallel_workers_per_gather = 0; \
      SET LOCAL enable_hashjoin = off; \
      SET LOCAL enable_nestloop = off; \
@@ -82,42 +85,65 @@ struct KeyChecks {
 /// megabytes.
 const BATCH_ROWS: usize = 1024;
 
+/// A batch of rows is sent on once its bytes reach this, however few its rows: the
+/// offsets in it are 32-bit.
+const BATCH_BYTES: usize = 4 << 20;
+
 /// The most withdrawals a verify reserves room for before it reads the log (24 bytes
 /// each): 4,194,304, about 100 MB.
 const WITHDRAWALS_RESERVED: usize = 1 << 22;
 const BATCHES_IN_FLIGHT: usize = 4;
 
 type Tx<'a> = deadpool_postgres::Transaction<'a>;
-type Batches<T> = tokio::sync::mpsc::Receiver<Vec<T>>;
+type Batches<B> = tokio::sync::mpsc::Receiver<B>;
 
-/// Emptied batches handed back to the stage that fills them. A batch of decoded rows is
-/// a few hundred kilobytes: made anew for each and freed on another thread, they cost
-/// fresh pages from the allocator (the kernel zeroing them) and cross-thread frees.
-struct Spare<T>(
-    crossbeam_channel::Sender<Vec<T>>,
-    crossbeam_channel::Receiver<Vec<T>>,
-);
+/// Emptied batches handed back to the stage that fills them. A batch is a few hundred
+/// kilobytes: made anew for each and freed on another thread, batches cost fresh pages
+/// from the allocator (the kernel zeroing them) and cross-thread frees.
+struct Spare<B>(crossbeam_channel::Sender<B>, crossbeam_channel::Receiver<B>);
 
-impl<T> Spare<T> {
+/// A batch that can be emptied and filled again.
+trait Reuse {
+    fn empty() -> Self;
+    fn clear(&mut self);
+}
+
+impl<T> Reuse for Vec<T> {
+    fn empty() -> Self {
+        Vec::with_capacity(BATCH_ROWS + 1)
+    }
+    fn clear(&mut self) {
+        Vec::clear(self);
+    }
+}
+
+impl Reuse for RowBatch {
+    fn empty() -> Self {
+        RowBatch::default()
+    }
+    fn clear(&mut self) {
+        RowBatch::clear(self);
+    }
+}
+
+impl<B: Reuse> Spare<B> {
     fn new() -> Self {
         let (give, take) = crossbeam_channel::bounded(BATCHES_IN_FLIGHT + 2);
         Self(give, take)
     }
 
     /// An empty batch: a spare one if there is one.
-    fn take(&self) -> Vec<T> {
-        self.1
-            .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(BATCH_ROWS + 1))
+    fn take(&self) -> B {
+        self.1.try_recv().unwrap_or_else(|_| B::empty())
     }
 
-    fn give(&self, mut batch: Vec<T>) {
+    fn give(&self, mut batch: B) {
         batch.clear();
         let _ = self.0.try_send(batch);
     }
 }
 
-impl<T> Clone for Spare<T> {
+impl<B> Clone for Spare<B> {
     fn clone(&self) -> Self {
         Self(self.0.clone(), self.1.clone())
     }
@@ -217,7 +243,7 @@ impl PgStore {
     /// checks on a thread of their own. Returns what the key checks found.
     async fn fold_joined(&self, tx: &Tx<'_>, fold: &mut Fold) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
-        let (log_out, log) = channel::<Vec<CopyRow>>(BATCHES_IN_FLIGHT);
+        let (log_out, log) = channel::<RowBatch>(BATCHES_IN_FLIGHT);
         let (decoded_out, mut decoded) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
         let (to_checks, mut checked) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
         let (rows_spare, decoded_spare) = (Spare::new(), Spare::new());
@@ -230,7 +256,7 @@ impl PgStore {
             while let Some(batch) = checked.blocking_recv() {
                 for d in &batch {
                     if let (true, Ok(fact)) = (d.checked, &d.fact) {
-                        check_key_row(KeyRow::joined(d.joined()?)?, fact, &mut keys)?;
+                        check_key_row(KeyRow::joined(d.joined()?), fact, &mut keys)?;
                     }
                 }
                 done.give(batch);
@@ -240,7 +266,7 @@ impl PgStore {
         let folding = async move {
             while let Some(mut rows) = decoded.recv().await {
                 for d in &mut rows {
-                    if fold.prev == Some(d.seq) && d.joined()?.bool(JOINED)? {
+                    if fold.prev == Some(d.seq) && d.joined()?.is_some() {
                         // The join meets a fact once per key row pointing at it.
                         let detail = format!("two key rows point at seq {}", d.seq);
                         fold.r.add(checks::KEY_FACT, detail);
@@ -272,9 +298,9 @@ impl PgStore {
         fold: &mut Fold,
     ) -> Result<KeyChecks> {
         use tokio::sync::mpsc::channel;
-        let (log_out, log) = channel::<Vec<CopyRow>>(BATCHES_IN_FLIGHT);
+        let (log_out, log) = channel::<RowBatch>(BATCHES_IN_FLIGHT);
         let (decoded_out, mut decoded) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
-        let (keys_out, keys) = channel::<Vec<CopyRow>>(BATCHES_IN_FLIGHT);
+        let (keys_out, keys) = channel::<RowBatch>(BATCHES_IN_FLIGHT);
         let (to_checks, checked) = channel::<Vec<Decoded>>(BATCHES_IN_FLIGHT);
         let (rows_spare, decoded_spare, keys_spare) = (Spare::new(), Spare::new(), Spare::new());
         let store = self.clone();
@@ -311,14 +337,14 @@ impl PgStore {
     /// which the whole verify waits on.
     fn decode_rows(
         &self,
-        mut rows: Batches<CopyRow>,
+        mut rows: Batches<RowBatch>,
         out: tokio::sync::mpsc::Sender<Vec<Decoded>>,
-        (rows_spare, decoded_spare): (Spare<CopyRow>, Spare<Decoded>),
+        (rows_spare, decoded_spare): (Spare<RowBatch>, Spare<Vec<Decoded>>),
     ) -> Result<()> {
-        while let Some(mut batch) = rows.blocking_recv() {
+        while let Some(batch) = rows.blocking_recv() {
             let mut decoded = decoded_spare.take();
-            for row in batch.drain(..) {
-                decoded.push(self.decode_row(row)?);
+            for i in 0..batch.len() {
+                decoded.push(self.decode_row(batch.row(i))?);
             }
             rows_spare.give(batch);
             if out.blocking_send(decoded).is_err() {
@@ -330,13 +356,13 @@ impl PgStore {
     }
 
     /// One row of the log with its fact decoded and what is found of the row alone.
-    fn decode_row(&self, row: CopyRow) -> Result<Decoded> {
+    fn decode_row(&self, row: CopyRow<'_>) -> Result<Decoded> {
         let seq = row.i64(0)?;
         let fact = match self.decode(seq, row.bytes(3)?) {
             Ok(f) => f,
             Err(e) => {
                 return Ok(Decoded {
-                    row: joined_row(row),
+                    key: JoinedKey::read(row)?,
                     seq,
                     fact: Err(e.to_string()),
                     misfiled: None,
@@ -364,7 +390,7 @@ impl PgStore {
             )
         });
         Ok(Decoded {
-            row: joined_row(row),
+            key: JoinedKey::read(row)?,
             seq,
             fact: Ok(fact),
             misfiled,
@@ -498,10 +524,8 @@ impl PgStore {
 /// A row of the log as the fold takes it from the decoder: its seq, its fact (or why its
 /// body does not decode), and what its columns were found to say against its body.
 struct Decoded {
-    /// The row, while what is left of it is needed: on one session, its key row's
-    /// columns. On two, it is dropped once decoded, so the driver's buffers it holds are
-    /// freed while they are still warm.
-    row: Option<CopyRow>,
+    /// On one session, what the row says of the key row pointing at the fact.
+    key: Option<JoinedKey>,
     seq: i64,
     fact: std::result::Result<Fact, String>,
     /// Filed under names that are not its fact's.
@@ -513,21 +537,76 @@ struct Decoded {
     checked: bool,
 }
 
-/// The row kept for the key checks: a row of `VERIFY_LOG` (one session) carries its key
-/// row's columns; one of `VERIFY_FACTS` has nothing more to give.
-fn joined_row(row: CopyRow) -> Option<CopyRow> {
-    (row.len() > JOINED).then_some(row)
+/// The columns of a row of `VERIFY_LOG` (one session) that come from the key row the
+/// join met, kept as values so the row's batch goes back to the read at once.
+struct JoinedKey {
+    /// `None`: no key row points at the fact.
+    row: Option<KeyCols>,
+}
+
+struct KeyCols {
+    same_key: bool,
+    status: Status,
+    /// The fingerprint, if it is as long as one (any other is compared as empty).
+    hash: Option<Fingerprint>,
+    /// The answer's digest: `None` for NULL, `Some(None)` for one of another length.
+    stored: Option<Option<[u8; 16]>>,
+}
+
+/// A key row's status: the two a fact's key can have, or what else it says.
+enum Status {
+    Done,
+    Expired,
+    Other(String),
+}
+
+impl Status {
+    fn as_str(&self) -> &str {
+        match self {
+            Status::Done => "done",
+            Status::Expired => "expired",
+            Status::Other(s) => s,
+        }
+    }
+}
+
+impl JoinedKey {
+    /// The key row's columns of a row of `VERIFY_LOG`; `None` for a row of `VERIFY_FACTS`
+    /// (two sessions), which has none.
+    fn read(row: CopyRow<'_>) -> Result<Option<Self>> {
+        if row.len() <= JOINED {
+            return Ok(None);
+        }
+        if !row.bool(JOINED)? {
+            return Ok(Some(Self { row: None }));
+        }
+        let status = match row.text(JOINED + 2)? {
+            "done" => Status::Done,
+            "expired" => Status::Expired,
+            other => Status::Other(other.to_owned()),
+        };
+        Ok(Some(Self {
+            row: Some(KeyCols {
+                same_key: row.opt_bool(JOINED + 1)? == Some(true),
+                status,
+                hash: row.bytes(JOINED + 3)?.try_into().ok().map(Fingerprint),
+                stored: row.opt_bytes(JOINED + 4)?.map(|b| b.try_into().ok()),
+            }),
+        }))
+    }
 }
 
 impl Decoded {
-    /// The row of `VERIFY_LOG` this was decoded from.
-    fn joined(&self) -> Result<&CopyRow> {
-        self.row.as_ref().ok_or_else(|| {
-            LedgerError::Unavailable(format!(
+    /// What the row of `VERIFY_LOG` this was decoded from said of the key row: `None`
+    /// if no key row points at the fact.
+    fn joined(&self) -> Result<Option<&KeyCols>> {
+        match &self.key {
+            Some(k) => Ok(k.row.as_ref()),
+            None => Err(LedgerError::Unavailable(format!(
                 "seq {}: the key row's columns are missing",
                 self.seq
-            ))
-        })
+            ))),
+        }
     }
 }
 
@@ -596,8 +675,8 @@ async fn snapshot<'a>(conn: &'a mut deadpool_postgres::Object, id: Option<&str>)
 async fn pump(
     tx: &Tx<'_>,
     sql: &str,
-    out: tokio::sync::mpsc::Sender<Vec<CopyRow>>,
-    spare: Spare<CopyRow>,
+    out: tokio::sync::mpsc::Sender<RowBatch>,
+    spare: Spare<RowBatch>,
 ) -> Result<()> {
     use futures_util::TryStreamExt as _;
     let pg = |e: tokio_postgres::Error| pg_err(&e);
@@ -606,16 +685,21 @@ async fn pump(
     let mut reader = CopyReader::default();
     let mut batch = spare.take();
     while let Some(chunk) = chunks.try_next().await.map_err(pg)? {
-        reader.push(chunk, &mut batch)?;
-        if batch.len() >= BATCH_ROWS {
-            let full = std::mem::replace(&mut batch, spare.take());
+        reader.push(&chunk, &mut batch)?;
+        drop(chunk);
+        // A row not yet whole moves to the next batch: with at least one whole row here,
+        // a long row moves once, not once per chunk.
+        if batch.len() >= BATCH_ROWS || (batch.bytes() >= BATCH_BYTES && !batch.is_empty()) {
+            let mut next = spare.take();
+            reader.carry(&mut batch, &mut next);
+            let full = std::mem::replace(&mut batch, next);
             if out.send(full).await.is_err() {
                 // The reader stopped on an error of its own.
                 return Ok(());
             }
         }
     }
-    reader.finish()?;
+    reader.finish(&batch)?;
     if !batch.is_empty() {
         let _ = out.send(batch).await;
     }
@@ -625,9 +709,9 @@ async fn pump(
 /// The key rows in the order of the seq they point at, read where they are in their
 /// batch; a batch read through is handed back to the read.
 struct KeyRows {
-    batches: Batches<CopyRow>,
-    spare: Spare<CopyRow>,
-    batch: Vec<CopyRow>,
+    batches: Batches<RowBatch>,
+    spare: Spare<RowBatch>,
+    batch: RowBatch,
     /// The next row's place in `batch`.
     at: usize,
 }
@@ -643,12 +727,12 @@ impl KeyRows {
             self.spare.give(std::mem::replace(&mut self.batch, next));
             self.at = 0;
         }
-        self.batch[self.at].opt_i64(0).map(Some)
+        self.batch.row(self.at).opt_i64(0).map(Some)
     }
 
     /// The next row, once `peek` has found there is one.
-    fn row(&self) -> Option<&CopyRow> {
-        self.batch.get(self.at)
+    fn row(&self) -> Option<CopyRow<'_>> {
+        (self.at < self.batch.len()).then(|| self.batch.row(self.at))
     }
 
     /// Past the next row, counting it.
@@ -664,16 +748,16 @@ impl KeyRows {
 /// seq they point at: each fact meets the key rows pointing at it. A key row that meets
 /// no fact is counted and found again by `check_key_rows`.
 fn merge_keys(
-    mut facts: Batches<Decoded>,
-    facts_spare: Spare<Decoded>,
-    batches: Batches<CopyRow>,
-    spare: Spare<CopyRow>,
+    mut facts: Batches<Vec<Decoded>>,
+    facts_spare: Spare<Vec<Decoded>>,
+    batches: Batches<RowBatch>,
+    spare: Spare<RowBatch>,
 ) -> Result<KeyChecks> {
     let mut keys = KeyChecks::default();
     let mut rows = KeyRows {
         batches,
         spare,
-        batch: Vec::new(),
+        batch: RowBatch::default(),
         at: 0,
     };
     while let Some(batch) = facts.blocking_recv() {
@@ -719,7 +803,7 @@ struct KeyRow<'a> {
 
 impl<'a> KeyRow<'a> {
     /// A row of `VERIFY_KEYS`, whose key is compared with the fact's here.
-    fn read(row: &'a CopyRow, fact: &Fact) -> Result<Self> {
+    fn read(row: CopyRow<'a>, fact: &Fact) -> Result<Self> {
         let (client, key) = (row.text(1)?, row.text(2)?);
         Ok(Self {
             same_key: client == fact.client.as_str() && key == fact.key.as_str(),
@@ -731,16 +815,16 @@ impl<'a> KeyRow<'a> {
 
     /// The key row in a row of `VERIFY_LOG`, compared by the join; `None` if no key row
     /// points at the fact.
-    fn joined(row: &'a CopyRow) -> Result<Option<Self>> {
-        if !row.bool(JOINED)? {
-            return Ok(None);
-        }
-        Ok(Some(Self {
-            same_key: row.opt_bool(JOINED + 1)? == Some(true),
-            status: row.text(JOINED + 2)?,
-            hash: row.bytes(JOINED + 3)?,
-            stored: row.opt_bytes(JOINED + 4)?,
-        }))
+    fn joined(cols: Option<&'a KeyCols>) -> Option<Self> {
+        cols.map(|c| Self {
+            same_key: c.same_key,
+            status: c.status.as_str(),
+            hash: c.hash.as_ref().map_or(&[][..], |h| &h.0[..]),
+            stored: c
+                .stored
+                .as_ref()
+                .map(|d| d.as_ref().map_or(&[][..], |d| &d[..])),
+        })
     }
 }
 
