@@ -1235,6 +1235,7 @@ mod postgres_only {
                  ALTER FUNCTION idem.idem_group_claim_v8(text[], text[], bytea[], timestamptz, \
                      integer, text[], bytea[], text[], text[], integer) \
                      RESET enable_bitmapscan; \
+                 DROP FUNCTION idem.idem_apply_one_v11; \
                  DELETE FROM idem.schema_version WHERE version >= 10",
                 include_str!("../src/store/pg/migrations/v9.sql")
             ))
@@ -1294,10 +1295,10 @@ mod postgres_only {
     }
 
     /// A database at schema version 10 is upgraded in place to version 11 by the next
-    /// worker that opens it: the apply writes a group of one with one statement per write,
-    /// keeps its plan settings, and every kind of group of one it takes (a withdrawal, a
-    /// deposit opening an account, a rejection) and a replay and a reuse of a key written
-    /// by version 10 answer as before, with verify finding the ledger clean.
+    /// worker that opens it: the apply of a group of one fact is there with its plan
+    /// settings, and every kind of group of one it takes (a withdrawal, a deposit opening
+    /// an account, a rejection) and a replay and a reuse of a key written by version 10
+    /// answer as before, with verify finding the ledger clean.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn a_version_10_database_is_upgraded_in_place() {
         let Some((env, store, admin)) =
@@ -1307,28 +1308,18 @@ mod postgres_only {
         };
         let first = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
         close(store).await;
-        // The database as version 10 left it: version 8's apply, with version 9's settings.
-        let v8 = include_str!("../src/store/pg/migrations/v8.sql");
-        let start = v8.find("CREATE FUNCTION idem_group_apply_v8(").unwrap();
-        let end = start + v8[start..].find("END $$;").unwrap() + "END $$;".len();
-        let apply = v8[start..end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1);
-        let v9 = include_str!("../src/store/pg/migrations/v9.sql");
-        let settings = &v9[v9.find("ALTER FUNCTION idem_group_apply_v8(").unwrap()..];
+        // The database as version 10 left it.
         admin
-            .batch_execute(&format!(
-                "SET search_path = idem; {apply} {settings} RESET search_path; \
-                 DELETE FROM idem.schema_version WHERE version = 11"
-            ))
+            .batch_execute(
+                "DROP FUNCTION idem.idem_apply_one_v11; \
+                 DELETE FROM idem.schema_version WHERE version = 11",
+            )
             .await
             .unwrap();
-        let function = "SELECT p.prosrc LIKE '%A group of one fact%', p.proconfig \
-             FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-             WHERE n.nspname = 'idem' AND p.proname = 'idem_group_apply_v8'";
-        let row = admin.query_one(function, &[]).await.unwrap();
-        assert!(
-            !row.get::<_, bool>(0),
-            "version 10's apply was not restored"
-        );
+        let function = "SELECT p.proconfig FROM pg_proc p \
+             JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'idem' AND p.proname = 'idem_apply_one_v11'";
+        assert!(admin.query_opt(function, &[]).await.unwrap().is_none());
         let store = env.open().await;
         let version: i32 = admin
             .query_one("SELECT max(version) FROM idem.schema_version", &[])
@@ -1336,9 +1327,7 @@ mod postgres_only {
             .unwrap()
             .get(0);
         assert_eq!(version, 11);
-        let row = admin.query_one(function, &[]).await.unwrap();
-        assert!(row.get::<_, bool>(0), "version 11's apply is not there");
-        let settings: Vec<String> = row.get(1);
+        let settings: Vec<String> = admin.query_one(function, &[]).await.unwrap().get(0);
         for s in ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"] {
             assert!(settings.iter().any(|x| x == s), "{s} missing: {settings:?}");
         }
@@ -1363,9 +1352,9 @@ mod postgres_only {
         env.finish().await;
     }
 
-    /// The apply of a group of one checks each write against the decisions as the apply of
-    /// a larger group does: a balance the decisions do not give, or a new account whose
-    /// first change is not its balance, raises IDM01 and writes nothing of the group.
+    /// The apply of a group of one fact checks each write against the decisions as the
+    /// apply of a larger group does: a balance the decisions do not give, or a new
+    /// account whose first change is not its balance, raises IDM01 and writes nothing.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_apply_of_a_group_of_one_refuses_what_the_decisions_do_not_give() {
         let Some((env, store, admin)) = with_alice(
@@ -1379,16 +1368,10 @@ mod postgres_only {
         // whether the claim found her row.
         let apply = |exists: bool, after: &str| {
             format!(
-                "SET search_path = idem; SELECT idem_group_apply_v8(now(), 0::smallint, \
-                 ARRAY[9999]::bigint[], \
-                 ARRAY['default'], ARRAY['x-1'], ARRAY['WithdrawalRecorded'], \
-                 ARRAY[NULL]::text[], ARRAY['\\x00'::bytea], ARRAY['{{}}'::jsonb], \
-                 ARRAY['{{}}'::jsonb], ARRAY['\\x00'::bytea], ARRAY['alice'], ARRAY['RUB'], \
-                 ARRAY['-1'], ARRAY[{exists}], ARRAY['{after}'], '{{}}'::text[], \
-                 '{{}}'::text[], '{{}}'::bigint[], '{{}}'::bigint[], '{{}}'::boolean[], \
-                 '{{}}'::bigint[], ARRAY['@payouts'], ARRAY['RUB'], ARRAY['1'], \
-                 ARRAY['applied'], ARRAY[1::bigint], '{{}}'::text[], '{{}}'::bigint[], \
-                 '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], '{{}}'::text[])"
+                "SET search_path = idem; SELECT idem_apply_one_v11(now(), 0::smallint, \
+                 9999, 'default', 'x-1', 'WithdrawalRecorded', NULL, '\\x00'::bytea, \
+                 '{{}}'::jsonb, '{{}}'::jsonb, '\\x00'::bytea, 'alice', 'RUB', '-1', {exists}, \
+                 '{after}', '@payouts', 'RUB', '1', 'applied', 1)"
             )
         };
         for (exists, after, said) in [
@@ -1654,7 +1637,8 @@ mod postgres_only {
             unreachable!()
         };
         assert!(
-            waits_on_a_lock(&db.url, "idem_group_apply_v8").await,
+            // A group of one fact is applied by `idem_apply_one_v11` (v11.sql).
+            waits_on_a_lock(&db.url, "idem_apply_one_v11").await,
             "the attempt never waited on the intruder's key row"
         );
         intruder.batch_execute("COMMIT").await.unwrap();

@@ -53,6 +53,20 @@ fn wait_pending(l: &SledStore, n: usize) {
     }
 }
 
+/// Waits until exactly `n` requests wait for the committer (after a pause: once it has
+/// taken the pause up, the commands queued behind it).
+fn wait_queued(l: &SledStore, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while l.queued() != n {
+        assert!(
+            Instant::now() < deadline,
+            "{n} requests never queued: {}",
+            l.queued()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn commands_that_arrive_while_the_syncer_is_busy_are_written_as_one_group() {
     let scenario = fail::FailScenario::setup();
@@ -198,6 +212,7 @@ fn after_a_group_of_several_a_blocking_caller_queues_instead_of_leading() {
     // Three callers queued behind a pause are decided and written as one group: others
     // are submitting.
     let pause = l.pause();
+    wait_queued(&l, 0);
     let callers: Vec<_> = (0..3)
         .map(|i| {
             let (ledger, client) = (l.clone(), client.clone());
@@ -208,9 +223,9 @@ fn after_a_group_of_several_a_blocking_caller_queues_instead_of_leading() {
         })
         .collect();
     wait_pending(&l, 3);
-    // A key is claimed just before its command is queued: let the last one reach the
-    // queue.
-    std::thread::sleep(Duration::from_millis(50));
+    // A key is claimed just before its command is queued: wait for the last one to reach
+    // the queue (a fixed sleep split them into two groups on a loaded machine).
+    wait_queued(&l, 3);
     let before = l.commit_metrics();
     drop(pause);
     for c in callers {

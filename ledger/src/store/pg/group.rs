@@ -2,8 +2,8 @@
 //! flight are decided together, in one transaction with one commit (`v8.sql`; the
 //! claim's body from `v10.sql`: `v9.sql`'s, with its lock on the accounts by an index
 //! scan, and a group of one deposit or withdrawal without a message id claimed by
-//! version 3's statements for one command; the apply's from `v11.sql`, which writes a
-//! group of one fact with one statement per write).
+//! version 3's statements for one command; a group of one fact applied by `v11.sql`'s
+//! function, one statement per write).
 //!
 //! Each process runs `PgConfig::lanes` lanes, each a task that runs one group at a
 //! time on one connection. A command goes to the lane of the account it acts on (a refund:
@@ -31,7 +31,9 @@ use std::sync::{Arc, Weak};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::command::{DISAGREE, MESSAGE_REUSED, OpenTx, SQL_APPLY, SQL_CLAIM, ShardSlot};
+use super::command::{
+    DISAGREE, MESSAGE_REUSED, OpenTx, SQL_APPLY, SQL_APPLY_ONE, SQL_CLAIM, ShardSlot,
+};
 use super::*;
 use crate::domain::Amount;
 
@@ -128,6 +130,15 @@ struct AccountState {
     start: u128,
     balance: u128,
     touched: bool,
+}
+
+impl AccountState {
+    /// The group's net change to the account, as the apply's guard takes it.
+    fn delta(&self) -> String {
+        (i128::try_from(self.balance).unwrap_or(i128::MAX)
+            - i128::try_from(self.start).unwrap_or(0))
+        .to_string()
+    }
 }
 
 /// A withdrawal's refunded total as the group sees it.
@@ -717,8 +728,8 @@ impl PgStore {
     }
 
     /// Round trip 2: every write of the group and the COMMIT. `idem_group_apply_v8`
-    /// checks each against the decisions and raises if one disagrees, which turns the
-    /// COMMIT into a rollback.
+    /// (or, for a group of one fact, `idem_apply_one_v11`) checks each against the
+    /// decisions and raises if one disagrees, which turns the COMMIT into a rollback.
     async fn apply_round_trip(
         &self,
         tx: &OpenTx,
@@ -726,6 +737,9 @@ impl PgStore {
         at_db: DateTime<Utc>,
         shard: i16,
     ) -> Result<(), Abort> {
+        if let Some(one) = One::of(work) {
+            return self.apply_one(tx, &one, at_db, shard).await;
+        }
         let conn = tx.conn()?;
         let stmt = conn.prepare_cached(SQL_APPLY).await?;
         let facts = &work.facts;
@@ -766,14 +780,7 @@ impl PgStore {
             .values()
             .map(|a| a.currency.as_ref().map(Currency::as_str))
             .collect();
-        let deltas: Vec<String> = accounts
-            .values()
-            .map(|a| {
-                (i128::try_from(a.balance).unwrap_or(i128::MAX)
-                    - i128::try_from(a.start).unwrap_or(0))
-                .to_string()
-            })
-            .collect();
+        let deltas: Vec<String> = accounts.values().map(|a| a.delta()).collect();
         let exists: Vec<bool> = accounts.values().map(|a| a.exists).collect();
         let afters: Vec<String> = accounts.values().map(|a| a.balance.to_string()).collect();
         let refunded: Vec<(&(String, String), &RefundedState)> = work
@@ -847,6 +854,86 @@ impl PgStore {
         let (applied, commit) =
             tokio::join!(conn.execute(&stmt, &params), conn.batch_execute("COMMIT"));
         tx.closed();
+        self.applied(applied, commit)
+    }
+
+    /// Round trip 2 for a group of one fact (see `One`): its writes as scalars, where the
+    /// group's function takes 33 arrays.
+    async fn apply_one(
+        &self,
+        tx: &OpenTx,
+        one: &One<'_>,
+        at_db: DateTime<Utc>,
+        shard: i16,
+    ) -> Result<(), Abort> {
+        let conn = tx.conn()?;
+        let stmt = conn.prepare_cached(SQL_APPLY_ONE).await?;
+        let (fact, outcome, fp) = one.fact;
+        let seq = db_int(fact.seq)?;
+        let (client, key, kind) = (
+            fact.client.as_str(),
+            fact.key.as_str(),
+            fact.body.persisted_name(),
+        );
+        let rejection = match &fact.body {
+            FactBody::CommandRejected { rejection, .. } => Some(rejection.code()),
+            _ => None,
+        };
+        let body = fact.encode();
+        let doc = fact::json::fact(fact);
+        let response = fact::json::outcome(outcome);
+        let hash: &[u8] = &fp.0;
+        let (name, currency, delta, exists, after) = match one.account {
+            Some((name, a)) => (
+                Some(name.as_str()),
+                a.currency.as_ref().map(Currency::as_str),
+                Some(a.delta()),
+                a.exists,
+                Some(a.balance.to_string()),
+            ),
+            None => (None, None, None, false, None),
+        };
+        let (s_name, s_currency, s_delta) = match one.system {
+            Some(((a, c), d)) => (Some(a.as_str()), Some(c.as_str()), Some(d.to_string())),
+            None => (None, None, None),
+        };
+        let (c_name, c_count) = (one.counter.0.as_str(), *one.counter.1);
+        let params: [P; 21] = [
+            &at_db,
+            &shard,
+            &seq,
+            &client,
+            &key,
+            &kind,
+            &rejection,
+            &body,
+            &doc,
+            &response,
+            &hash,
+            &name,
+            &currency,
+            &delta,
+            &exists,
+            &after,
+            &s_name,
+            &s_currency,
+            &s_delta,
+            &c_name,
+            &c_count,
+        ];
+        let (applied, commit) =
+            tokio::join!(conn.execute(&stmt, &params), conn.batch_execute("COMMIT"));
+        tx.closed();
+        self.applied(applied, commit)
+    }
+
+    /// What the apply and the COMMIT pipelined behind it answered: a disagreement with
+    /// the decisions fails the command (its COMMIT rolled back), any other error the group.
+    fn applied(
+        &self,
+        applied: Result<u64, tokio_postgres::Error>,
+        commit: Result<(), tokio_postgres::Error>,
+    ) -> Result<(), Abort> {
         if let Err(e) = applied {
             if e.code().map(SqlState::code) == Some(DISAGREE) {
                 return Err(match self.disagree(describe(&e)) {
@@ -858,5 +945,39 @@ impl PgStore {
         }
         commit?;
         Ok(())
+    }
+}
+
+/// A group whose writes are one fact's: one fact that moves at most one user account and
+/// one system account, with no refund, no message and nothing to quarantine (every group
+/// at 1 connection). `idem_apply_one_v11` writes it with one statement per row.
+struct One<'a> {
+    fact: &'a (Fact, Outcome, Fingerprint),
+    account: Option<(&'a String, &'a AccountState)>,
+    system: Option<(&'a (String, Currency), &'a i128)>,
+    counter: (&'a String, &'a i64),
+}
+
+impl<'a> One<'a> {
+    fn of(work: &'a Work) -> Option<Self> {
+        let [fact] = work.facts.as_slice() else {
+            return None;
+        };
+        let mut accounts = work.accounts.iter().filter(|(_, a)| a.touched);
+        let mut system = work.system.iter().filter(|(_, d)| **d != 0);
+        let mut counters = work.counters.iter();
+        let one = Self {
+            fact,
+            account: accounts.next(),
+            system: system.next(),
+            counter: counters.next()?,
+        };
+        let more =
+            accounts.next().is_some() || system.next().is_some() || counters.next().is_some();
+        let other = work.refunded.values().any(|r| r.total != r.start)
+            || !work.inbox.is_empty()
+            || !work.forget.is_empty()
+            || !work.quarantine.is_empty();
+        (!more && !other).then_some(one)
     }
 }

@@ -21,8 +21,8 @@
 //!    and only then answer.
 //!
 //! The statements run inside two PL/pgSQL functions (`v8.sql`, the claim's body from
-//! `v10.sql`, the apply's from `v11.sql`, their plan settings from `v9.sql` and
-//! `v10.sql`) that take the group as
+//! `v10.sql`, their plan settings from `v9.sql` and `v10.sql`; a group of one fact is
+//! applied by `v11.sql`'s function of scalars) that take the group as
 //! arrays, `idem_group_claim_v8` (steps 1–3 up to the decisions) and
 //! `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined beside them: two
 //! round trips per group instead of one per dependent statement of each command.
@@ -134,7 +134,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("migrations/v10.sql"),
     ),
     (
-        "a group of one applied as one command",
+        "a group of one fact applied as one command",
         include_str!("migrations/v11.sql"),
     ),
 ];

@@ -568,6 +568,13 @@ impl SledStore {
         Some(unsent)
     }
 
+    /// Requests waiting for the committer (commands, and a pause not yet taken up): for
+    /// tests that must know what is queued behind a pause rather than sleep on it.
+    #[doc(hidden)]
+    pub fn queued(&self) -> usize {
+        self.tx.len()
+    }
+
     /// Stops the committer after what was submitted before, until the guard is dropped:
     /// commands submitted meanwhile stay pending. For tests of in-flight duplicates and
     /// lease takeover, and for taking a consistent copy of the folder.

@@ -1,166 +1,56 @@
--- Idem on PostgreSQL, schema version 11: a group of one applied by the statements of one
--- command.
+-- Idem on PostgreSQL, schema version 11: a group of one applied as one command.
 --
--- The apply writes a group of one fact (at most one user account and one system account
--- moved, no refund, no message, nothing quarantined) with one statement per write on the
--- arrays' first elements; any other group runs version 8's body, unchanged. The writes,
--- their guards, their order and the errors raised are those of version 8's body for such
--- a group. At 1 connection every group is of one, and there the set-based body (a join
--- of the accounts with five arrays, an insert from a scan of seven, each planned as a
--- function scan) was two thirds of the server's time in the two functions. The settings
--- are those of version 9, which a replaced function takes from its new definition.
-CREATE OR REPLACE FUNCTION idem_group_apply_v8(
+-- The worker writes a group of one fact that moves at most one user account and one
+-- system account, with no refund, no message and nothing to quarantine (a lane's
+-- command when nothing queued behind it, so every group at 1 connection) through
+-- idem_apply_one_v11, which takes the fact's values as scalars and writes each row with
+-- one statement: the guarded update of the account (or the insert of a new one), the
+-- system shard's upsert, the fact, the key's row, the counter. The writes, their guards,
+-- their order and the errors raised are those of idem_group_apply_v8 for such a group;
+-- any other group still goes through it. Version 8's body joins the accounts with five
+-- arrays and inserts from scans of seven, each a function scan: for a group of one that
+-- was about twice the CPU, and the worker built 33 arrays for it.
+CREATE FUNCTION idem_apply_one_v11(
     p_at timestamptz, p_shard smallint,
-    p_seq bigint[], p_client text[], p_key text[], p_kind text[], p_rejection text[],
-    p_body bytea[], p_doc jsonb[], p_response jsonb[], p_hash bytea[],
-    p_account text[], p_currency text[], p_delta text[], p_exists boolean[], p_after text[],
-    p_rclient text[], p_rwithdrawal text[], p_refund bigint[], p_withdrawn bigint[],
-    p_rexists boolean[], p_rafter bigint[],
-    p_system text[], p_scurrency text[], p_sdelta text[],
-    p_counter text[], p_count bigint[],
-    p_message text[], p_message_seq bigint[], p_forget text[],
-    p_qmessage text[], p_qreason text[], p_qpayload text[])
+    p_seq bigint, p_client text, p_key text, p_kind text, p_rejection text,
+    p_body bytea, p_doc jsonb, p_response jsonb, p_hash bytea,
+    p_account text, p_currency text, p_delta text, p_exists boolean, p_after text,
+    p_system text, p_scurrency text, p_sdelta text,
+    p_counter text, p_count bigint)
 RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
 DECLARE
-    j integer;
     v_balance numeric;
-    v_total bigint;
-    v_rows bigint;
-    v_account text;
-    v_after text;
 BEGIN
-    -- A group of one fact that moves at most one user account and one system account,
-    -- with no refund, no message and nothing to quarantine (a lane's command when nothing
-    -- queued behind it): each write as one statement on the arrays' first elements, with
-    -- the same guards, in the same order, raising the same errors as the body below,
-    -- which runs a join or a scan over each array (about twice the CPU for one command).
-    IF cardinality(p_seq) = 1
-       AND coalesce(cardinality(p_account), 0) <= 1
-       AND coalesce(cardinality(p_system), 0) <= 1
-       AND coalesce(cardinality(p_rwithdrawal), 0) = 0
-       AND coalesce(cardinality(p_message), 0) = 0
-       AND coalesce(cardinality(p_forget), 0) = 0
-       AND coalesce(cardinality(p_qmessage), 0) = 0 THEN
-        IF cardinality(p_account) = 1 AND p_exists[1] THEN
-            UPDATE accounts a SET balance = a.balance + p_delta[1]::numeric
-             WHERE a.account = p_account[1] AND a.currency = p_currency[1]
-               AND a.balance + p_delta[1]::numeric = p_after[1]::numeric;
-            IF NOT FOUND THEN
-                SELECT a.balance INTO v_balance FROM accounts a WHERE a.account = p_account[1];
-                RAISE EXCEPTION '%''s balance is %, from which the decisions do not give %',
-                    p_account[1], v_balance, p_after[1] USING ERRCODE = 'IDM01';
-            END IF;
-        ELSIF cardinality(p_account) = 1 THEN
-            IF p_delta[1] IS DISTINCT FROM p_after[1] THEN
-                RAISE EXCEPTION 'a new account''s first change is not its balance'
-                    USING ERRCODE = 'IDM01';
-            END IF;
-            INSERT INTO accounts (account, currency, balance)
-            VALUES (p_account[1], p_currency[1], p_delta[1]::numeric);
-        END IF;
-        IF cardinality(p_system) = 1 THEN
-            INSERT INTO system_balances (account, currency, shard, balance)
-            VALUES (p_system[1], p_scurrency[1], p_shard, p_sdelta[1]::numeric)
-            ON CONFLICT (account, currency, shard)
-            DO UPDATE SET balance = system_balances.balance + EXCLUDED.balance;
-        END IF;
-        INSERT INTO facts (seq, at, client, key, kind, rejection, body, doc)
-        VALUES (p_seq[1], p_at, p_client[1], p_key[1], p_kind[1], p_rejection[1], p_body[1],
-                p_doc[1]);
-        INSERT INTO idempotency_keys (client, key, request_hash, status, created_at, seq, response)
-        VALUES (p_client[1], p_key[1], p_hash[1], 'done', p_at, p_seq[1], p_response[1]);
-        FOR j IN 1..coalesce(cardinality(p_counter), 0) LOOP
-            INSERT INTO counters (name, shard, n) VALUES (p_counter[j], p_shard, p_count[j])
-            ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n;
-        END LOOP;
-        RETURN;
-    END IF;
-    -- The accounts the claim locked, in one guarded statement (a row whose balance would
-    -- not end where the decisions say is not changed, and the count tells); then the new
-    -- ones, in name order.
-    IF true = ANY (p_exists) THEN
-        UPDATE accounts a SET balance = a.balance + x.d::numeric
-          FROM unnest(p_account, p_currency, p_delta, p_after, p_exists)
-               AS x(acc, cur, d, aft, ex)
-         WHERE x.ex AND a.account = x.acc AND a.currency = x.cur
-           AND a.balance + x.d::numeric = x.aft::numeric;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
-        IF v_rows <> cardinality(array_remove(p_exists, false)) THEN
-            SELECT x.acc, a.balance, x.aft INTO v_account, v_balance, v_after
-              FROM unnest(p_account, p_after, p_exists) AS x(acc, aft, ex)
-              LEFT JOIN accounts a ON a.account = x.acc
-             WHERE x.ex AND a.balance IS DISTINCT FROM x.aft::numeric LIMIT 1;
+    IF p_account IS NOT NULL AND p_exists THEN
+        UPDATE accounts a SET balance = a.balance + p_delta::numeric
+         WHERE a.account = p_account AND a.currency = p_currency
+           AND a.balance + p_delta::numeric = p_after::numeric;
+        IF NOT FOUND THEN
+            SELECT a.balance INTO v_balance FROM accounts a WHERE a.account = p_account;
             RAISE EXCEPTION '%''s balance is %, from which the decisions do not give %',
-                v_account, v_balance, v_after USING ERRCODE = 'IDM01';
+                p_account, v_balance, p_after USING ERRCODE = 'IDM01';
         END IF;
-    END IF;
-    IF false = ANY (p_exists) THEN
-        INSERT INTO accounts (account, currency, balance)
-        SELECT x.acc, x.cur, x.d::numeric
-          FROM unnest(p_account, p_currency, p_delta, p_after, p_exists)
-               WITH ORDINALITY AS x(acc, cur, d, aft, ex, o)
-         WHERE NOT x.ex AND x.d = x.aft
-         ORDER BY x.o;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
-        IF v_rows <> cardinality(array_remove(p_exists, true)) THEN
+    ELSIF p_account IS NOT NULL THEN
+        IF p_delta IS DISTINCT FROM p_after THEN
             RAISE EXCEPTION 'a new account''s first change is not its balance'
                 USING ERRCODE = 'IDM01';
         END IF;
+        INSERT INTO accounts (account, currency, balance)
+        VALUES (p_account, p_currency, p_delta::numeric);
     END IF;
-    FOR j IN 1..coalesce(cardinality(p_rwithdrawal), 0) LOOP
-        IF p_rexists[j] THEN
-            UPDATE refunded SET total = total + p_refund[j]
-             WHERE client = p_rclient[j] AND withdrawal = p_rwithdrawal[j]
-               AND total + p_refund[j] <= withdrawn
-            RETURNING total INTO v_total;
-        ELSE
-            INSERT INTO refunded (client, withdrawal, withdrawn, total)
-            VALUES (p_rclient[j], p_rwithdrawal[j], p_withdrawn[j], p_refund[j])
-            RETURNING total INTO v_total;
-        END IF;
-        IF v_total IS DISTINCT FROM p_rafter[j] THEN
-            RAISE EXCEPTION 'the refunded total of % is %, the decision gives %',
-                p_rwithdrawal[j], v_total, p_rafter[j] USING ERRCODE = 'IDM01';
-        END IF;
-    END LOOP;
-    IF cardinality(p_system) > 0 THEN
+    IF p_system IS NOT NULL THEN
         INSERT INTO system_balances (account, currency, shard, balance)
-        SELECT x.a, x.c, p_shard, x.d::numeric
-          FROM unnest(p_system, p_scurrency, p_sdelta) WITH ORDINALITY AS x(a, c, d, o)
-         ORDER BY x.o
+        VALUES (p_system, p_scurrency, p_shard, p_sdelta::numeric)
         ON CONFLICT (account, currency, shard)
         DO UPDATE SET balance = system_balances.balance + EXCLUDED.balance;
     END IF;
     -- A second fact or row for a key is a unique violation: the group is run again, and
     -- finds the key.
-    IF cardinality(p_seq) > 0 THEN
-        INSERT INTO facts (seq, at, client, key, kind, rejection, body, doc)
-        SELECT x.s, p_at, x.c, x.k, x.kind, x.r, x.b, x.d
-          FROM unnest(p_seq, p_client, p_key, p_kind, p_rejection, p_body, p_doc)
-               AS x(s, c, k, kind, r, b, d);
-        INSERT INTO idempotency_keys (client, key, request_hash, status, created_at, seq, response)
-        SELECT x.c, x.k, x.h, 'done', p_at, x.s, x.r
-          FROM unnest(p_client, p_key, p_hash, p_seq, p_response) AS x(c, k, h, s, r);
-        INSERT INTO counters (name, shard, n)
-        SELECT x.c, p_shard, x.n FROM unnest(p_counter, p_count) WITH ORDINALITY AS x(c, n, o)
-         ORDER BY x.o
-        ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n;
-    END IF;
-    IF coalesce(cardinality(p_message), 0) > 0 THEN
-        UPDATE inbox i SET seq = x.s FROM unnest(p_message, p_message_seq) AS x(m, s)
-         WHERE i.message_id = x.m;
-        GET DIAGNOSTICS v_rows = ROW_COUNT;
-        IF v_rows <> cardinality(p_message) THEN
-            RAISE EXCEPTION '% of the group''s % inbox rows are missing',
-                cardinality(p_message) - v_rows, cardinality(p_message) USING ERRCODE = 'IDM01';
-        END IF;
-    END IF;
-    IF coalesce(cardinality(p_forget), 0) > 0 THEN
-        DELETE FROM inbox WHERE message_id = ANY (p_forget) AND seq IS NULL;
-    END IF;
-    IF cardinality(p_qmessage) > 0 THEN
-        INSERT INTO quarantine (at, message_id, reason, payload)
-        SELECT p_at, x.m, x.r, x.p FROM unnest(p_qmessage, p_qreason, p_qpayload) AS x(m, r, p);
-    END IF;
+    INSERT INTO facts (seq, at, client, key, kind, rejection, body, doc)
+    VALUES (p_seq, p_at, p_client, p_key, p_kind, p_rejection, p_body, p_doc);
+    INSERT INTO idempotency_keys (client, key, request_hash, status, created_at, seq, response)
+    VALUES (p_client, p_key, p_hash, 'done', p_at, p_seq, p_response);
+    INSERT INTO counters (name, shard, n) VALUES (p_counter, p_shard, p_count)
+    ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n;
 END $$;
