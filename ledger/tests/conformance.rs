@@ -1212,6 +1212,22 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// After an upgrade, the key "w-1" written before it (a withdrawal of 100 from alice's
+    /// 500, answered `first`) replays, is refused for another command, and a new
+    /// withdrawal executes.
+    async fn answers_as_before_the_upgrade(store: &Arc<dyn Store>, first: &Outcome) {
+        assert_eq!(
+            &replayed(submit(store, "w-1", withdraw("alice", 100, rub())).await),
+            first
+        );
+        assert!(matches!(
+            submit(store, "w-1", withdraw("alice", 99, rub())).await,
+            Submission::Reused
+        ));
+        let o = executed(submit(store, "w-2", withdraw("alice", 50, rub())).await);
+        assert_eq!(applied(&o).balance, 350);
+    }
+
     /// A database at schema version 9 with commands in it is upgraded in place to the
     /// latest version by the next worker that opens it: the claim locks accounts by an
     /// index scan,
@@ -1279,16 +1295,7 @@ mod postgres_only {
         );
         let after: i64 = admin.query_one(group_of_one, &[]).await.unwrap().get(0);
         assert_eq!(after, 1);
-        assert_eq!(
-            replayed(submit(&store, "w-1", withdraw("alice", 100, rub())).await),
-            first
-        );
-        assert!(matches!(
-            submit(&store, "w-1", withdraw("alice", 99, rub())).await,
-            Submission::Reused
-        ));
-        let o = executed(submit(&store, "w-2", withdraw("alice", 50, rub())).await);
-        assert_eq!(applied(&o).balance, 350);
+        answers_as_before_the_upgrade(&store, &first).await;
         assert_verified(&store).await;
         close(store).await;
         env.finish().await;
@@ -1331,16 +1338,7 @@ mod postgres_only {
         for s in ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"] {
             assert!(settings.iter().any(|x| x == s), "{s} missing: {settings:?}");
         }
-        assert_eq!(
-            replayed(submit(&store, "w-1", withdraw("alice", 100, rub())).await),
-            first
-        );
-        assert!(matches!(
-            submit(&store, "w-1", withdraw("alice", 99, rub())).await,
-            Submission::Reused
-        ));
-        let o = executed(submit(&store, "w-2", withdraw("alice", 50, rub())).await);
-        assert_eq!(applied(&o).balance, 350);
+        answers_as_before_the_upgrade(&store, &first).await;
         let o = executed(submit(&store, "d-2", deposit("bob", 7, rub())).await);
         assert_eq!(applied(&o).balance, 7);
         let o = executed(submit(&store, "w-3", withdraw("bob", 8, rub())).await);

@@ -740,8 +740,6 @@ impl PgStore {
         if let Some(one) = One::of(work) {
             return self.apply_one(tx, &one, at_db, shard).await;
         }
-        let conn = tx.conn()?;
-        let stmt = conn.prepare_cached(SQL_APPLY).await?;
         let facts = &work.facts;
         let seqs = facts
             .iter()
@@ -851,10 +849,7 @@ impl PgStore {
             &q_reasons,
             &q_payloads,
         ];
-        let (applied, commit) =
-            tokio::join!(conn.execute(&stmt, &params), conn.batch_execute("COMMIT"));
-        tx.closed();
-        self.applied(applied, commit)
+        self.apply_and_commit(tx, SQL_APPLY, &params).await
     }
 
     /// Round trip 2 for a group of one fact (see `One`): its writes as scalars, where the
@@ -866,8 +861,6 @@ impl PgStore {
         at_db: DateTime<Utc>,
         shard: i16,
     ) -> Result<(), Abort> {
-        let conn = tx.conn()?;
-        let stmt = conn.prepare_cached(SQL_APPLY_ONE).await?;
         let (fact, outcome, fp) = one.fact;
         let seq = db_int(fact.seq)?;
         let (client, key, kind) = (
@@ -921,19 +914,22 @@ impl PgStore {
             &c_name,
             &c_count,
         ];
-        let (applied, commit) =
-            tokio::join!(conn.execute(&stmt, &params), conn.batch_execute("COMMIT"));
-        tx.closed();
-        self.applied(applied, commit)
+        self.apply_and_commit(tx, SQL_APPLY_ONE, &params).await
     }
 
-    /// What the apply and the COMMIT pipelined behind it answered: a disagreement with
+    /// Runs an apply statement with the COMMIT pipelined behind it: a disagreement with
     /// the decisions fails the command (its COMMIT rolled back), any other error the group.
-    fn applied(
+    async fn apply_and_commit(
         &self,
-        applied: Result<u64, tokio_postgres::Error>,
-        commit: Result<(), tokio_postgres::Error>,
+        tx: &OpenTx,
+        sql: &str,
+        params: &[P<'_>],
     ) -> Result<(), Abort> {
+        let conn = tx.conn()?;
+        let stmt = conn.prepare_cached(sql).await?;
+        let (applied, commit) =
+            tokio::join!(conn.execute(&stmt, params), conn.batch_execute("COMMIT"));
+        tx.closed();
         if let Err(e) = applied {
             if e.code().map(SqlState::code) == Some(DISAGREE) {
                 return Err(match self.disagree(describe(&e)) {

@@ -255,7 +255,7 @@ impl PgStore {
             let mut keys = KeyChecks::default();
             while let Some(batch) = checked.blocking_recv() {
                 for d in &batch {
-                    if let (true, Ok(fact)) = (d.checked, &d.fact) {
+                    if let Some(fact) = d.checked_fact() {
                         check_key_row(KeyRow::joined(d.joined()?), fact, &mut keys)?;
                     }
                 }
@@ -597,6 +597,11 @@ impl JoinedKey {
 }
 
 impl Decoded {
+    /// The fact, if the fold handed it on to the key checks.
+    fn checked_fact(&self) -> Option<&Fact> {
+        self.fact.as_ref().ok().filter(|_| self.checked)
+    }
+
     /// What the row of `VERIFY_LOG` this was decoded from said of the key row: `None`
     /// if no key row points at the fact.
     fn joined(&self) -> Result<Option<&KeyCols>> {
@@ -762,7 +767,7 @@ fn merge_keys(
     };
     while let Some(batch) = facts.blocking_recv() {
         for d in &batch {
-            let (true, Ok(fact)) = (d.checked, &d.fact) else {
+            let Some(fact) = d.checked_fact() else {
                 continue;
             };
             let seq = i64::try_from(fact.seq).unwrap_or(i64::MAX);
