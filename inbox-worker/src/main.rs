@@ -867,7 +867,7 @@ fn verify(db: &Path) -> anyhow::Result<u8> {
     }
     // Nothing else runs on the ledger here: both cores may read it.
     let ledger = open(db, |c| ledger::SledConfig {
-        verify_in_parallel: true,
+        verify_yields: false,
         ..c
     })?;
     let report = ledger.blocking().verify();

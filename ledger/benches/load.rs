@@ -7,7 +7,8 @@
 //! IDEM_BENCH_SECS (default 3) sets each run's length, IDEM_BENCH_FACTS (1,000,000) the
 //! size of the large ledger, IDEM_BENCH_JOURNAL_SYNC=dsync writes the journal with
 //! `O_DSYNC` instead of `fdatasync`, IDEM_BENCH_CHECKPOINT_MS and IDEM_BENCH_CHECKPOINT_KIB
-//! set how often checkpoints come.
+//! set how often checkpoints come. IDEM_BENCH_LEDGER=<folder> keeps the large ledger there
+//! and reuses it when it is already filled; IDEM_BENCH_ONLY=large skips the first part.
 // A measuring tool: lossy casts of counts and durations to print them are fine here.
 #![allow(
     clippy::unwrap_used,
@@ -21,6 +22,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ledger::*;
+
+/// The worker allocates with mimalloc; so does this bench, to measure what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -326,6 +331,15 @@ fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` does not: then do a tiny run.
     let quick = !std::env::args().any(|a| a == "--bench");
     let secs = if quick { 1 } else { env("IDEM_BENCH_SECS", 3) };
+    let only = std::env::var("IDEM_BENCH_ONLY").ok();
+    if only.as_deref() != Some("large") {
+        durable_commands(secs, only.as_deref());
+    }
+    large_ledger(quick);
+}
+
+/// The first part: commands/s and latency beside the disk's bare sync.
+fn durable_commands(secs: u64, only: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let bare = bare_sync(dir.path(), secs);
     let (ledger, _) = SledStore::open(bench_config(&dir.path().join("l"))).unwrap();
@@ -362,7 +376,6 @@ fn main() {
     let mut new_one = 0.0;
     let mut new_eight_p99 = 0u64;
     // IDEM_BENCH_ONLY=new:async:64 runs one row (for profiling).
-    let only = std::env::var("IDEM_BENCH_ONLY").ok();
     for replay in [false, true] {
         if replay {
             // The new-key rows pushed the prepared keys out of the shards' answer cache.
@@ -389,7 +402,7 @@ fn main() {
                 "{}:{mode}:{submitters}",
                 if replay { "replay" } else { "new" }
             );
-            if only.as_ref().is_some_and(|o| *o != name) {
+            if only.is_some_and(|o| o != name) {
                 continue;
             }
             let r = if mode == "async" {
@@ -431,19 +444,34 @@ fn main() {
     }
     ledger.blocking().shutdown();
     drop(ledger);
+}
 
-    // A large ledger: bytes per fact and time to open.
+/// The second part: a large ledger's bytes per fact, its opening, and verify's speed.
+fn large_ledger(quick: bool) {
     let facts = if quick {
         20_000
     } else {
         env("IDEM_BENCH_FACTS", 1_000_000)
     };
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("big");
+    let path = std::env::var_os("IDEM_BENCH_LEDGER")
+        .map_or_else(|| dir.path().join("big"), std::path::PathBuf::from);
     let (ledger, _) = SledStore::open(SledConfig::new(&path)).unwrap();
-    let accounts = seed_accounts(&ledger, 1000);
+    let have = ledger.blocking().stats().last_seq;
+    let accounts = if have == 0 {
+        seed_accounts(&ledger, 1000)
+    } else {
+        // Filled by an earlier run: the same accounts, and no more keys.
+        (0..1000)
+            .map(|i| Account::parse(&format!("acct{i}")).unwrap())
+            .collect()
+    };
     let fill = Instant::now();
-    let target = facts.saturating_sub(accounts.len() as u64);
+    let target = if have == 0 {
+        facts.saturating_sub(accounts.len() as u64)
+    } else {
+        0
+    };
     let handles = spawn_writers(&ledger, &accounts, "ord", target);
     for h in handles {
         h.join().unwrap();
@@ -454,8 +482,9 @@ fn main() {
     drop(ledger);
     let bytes = dir_size(&path);
     println!(
-        "filled {n} facts in {fill_secs:.1} s ({:.0}/s); on disk {:.1} MiB = {:.0} bytes per fact",
-        n as f64 / fill_secs,
+        "filled {} facts in {fill_secs:.1} s ({:.0}/s), {n} in all; on disk {:.1} MiB = {:.0} bytes per fact",
+        n - have,
+        (n - have) as f64 / fill_secs,
         bytes as f64 / 1048576.0,
         bytes as f64 / n as f64
     );
@@ -544,10 +573,10 @@ fn main() {
     l.blocking().shutdown();
     drop(l);
 
-    // The offline `verify` command: nothing else running, the key records read on a
-    // second thread.
+    // The offline `verify` command: nothing else running, its second thread (the key
+    // records and statement entries) at full priority.
     let (l, _) = SledStore::open(SledConfig {
-        verify_in_parallel: true,
+        verify_yields: false,
         ..SledConfig::new(&path)
     })
     .unwrap();
@@ -563,8 +592,9 @@ fn main() {
     l.blocking().shutdown();
     drop(l);
 
-    // The floor under that: sled's own iteration over the same facts and key records,
-    // reading nothing but the bytes, on one thread and on two (as verify splits them).
+    // The floor under that: sled's own iteration over the same facts, key records and
+    // statement entries, reading nothing but the bytes, on one thread and on two (as
+    // verify splits them: the facts on one, the key records then the entries on the other).
     let db = sled::Config::new()
         .path(&path)
         .cache_capacity(SledConfig::new(&path).cache_capacity_bytes)
@@ -580,18 +610,18 @@ fn main() {
         })
     };
     let t = Instant::now();
-    let (facts_n, keys_n) = (scan(b'f'), scan(b'k'));
+    let (facts_n, keys_n, entries_n) = (scan(b'f'), scan(b'k'), scan(b'h'));
     let one = t.elapsed().as_secs_f64();
     let t = Instant::now();
     std::thread::scope(|s| {
-        let keys = s.spawn(|| scan(b'k'));
+        let index = s.spawn(|| (scan(b'k'), scan(b'h')));
         scan(b'f');
-        keys.join().unwrap();
+        index.join().unwrap();
     });
     let two = t.elapsed().as_secs_f64();
     println!(
-        "bare sled scan of {facts_n} facts and {keys_n} key records: {one:.2} s on one thread \
-         ({:.0} facts/s), {two:.2} s on two ({:.0} facts/s)",
+        "bare sled scan of {facts_n} facts, {keys_n} key records and {entries_n} statement \
+         entries: {one:.2} s on one thread ({:.0} facts/s), {two:.2} s on two ({:.0} facts/s)",
         facts_n as f64 / one,
         facts_n as f64 / two,
     );

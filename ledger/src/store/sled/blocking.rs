@@ -148,10 +148,9 @@ impl Blocking<'_> {
     /// go on: the log up to the durable seq is read with no lock, and one short step
     /// between two batches checks what was written meanwhile (see `verify_online`).
     pub fn verify(&self) -> Result<VerifyReport> {
-        let parallel = self.store.shared.config.verify_in_parallel;
         verify::verify_online(
             &self.store.shared.tree,
-            parallel,
+            self.store.shared.config.verify_yields,
             &|| self.store.durable_seq(),
             &|step| wait_for(|reply| self.store.request(Request::Verify { step, reply })),
         )

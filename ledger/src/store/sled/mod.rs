@@ -104,11 +104,12 @@ pub struct SledConfig {
     pub checkpoint_bytes: u64,
     /// ...or once this much time passed with something written.
     pub checkpoint_interval: Duration,
-    /// `verify` reads the key records on a second thread while it folds the log: a fifth
-    /// faster on an idle machine, but on two cores that thread takes CPU from the
-    /// committer, whose slowest commit grew several times in the load bench. So a
-    /// serving ledger verifies on one thread and the offline `verify` command on two.
-    pub verify_in_parallel: bool,
+    /// `verify` reads the key records and statement entries on a second thread while it
+    /// folds the log. On two cores that thread competes with the committer, so a serving
+    /// ledger runs it at the lowest priority (nice 19): it takes only the CPU the
+    /// committer leaves. The offline `verify` command, with nothing else to serve, sets
+    /// this to false and reads at full priority.
+    pub verify_yields: bool,
     /// How long an arrival that meets its twin in flight (a live claim of the same
     /// command, or any claim for a message) waits for the twin's durable answer before it
     /// answers `InProgress`: the twin usually commits within milliseconds, so its retry
@@ -132,7 +133,7 @@ impl SledConfig {
             },
             checkpoint_bytes: 8 * 1024 * 1024,
             checkpoint_interval: Duration::from_secs(2),
-            verify_in_parallel: false,
+            verify_yields: true,
             in_flight_wait: Duration::from_millis(20),
             clock: Arc::new(SystemClock),
         }

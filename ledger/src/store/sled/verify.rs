@@ -76,7 +76,7 @@ struct Online {
 /// changed during the scan, so commits wait for milliseconds, not for the whole log.
 pub(crate) fn verify_online(
     tree: &sled::Tree,
-    parallel: bool,
+    yields: bool,
     durable: &dyn Fn() -> u64,
     hold: Hold<'_>,
 ) -> Result<VerifyReport, LedgerError> {
@@ -103,28 +103,29 @@ pub(crate) fn verify_online(
         Some(v) => decode::<Stats>("stats", &v).map_or(0, |s| s.keys_expired),
         None => 0,
     };
-    // In parallel, the key records are read on a second thread while this one folds the
-    // log (see `SledConfig::verify_in_parallel`): the two scans of sled need nothing from each
-    // other until the records are matched with their facts.
-    let keys = if !parallel {
-        let keys = read_keys(tree, upto);
-        o.fold_log().and(keys)
-    } else {
-        std::thread::scope(|scope| {
-            let reader = scope.spawn(|| read_keys(tree, upto));
-            let folded = o.fold_log();
-            let keys = reader.join().unwrap_or_else(|_| {
-                Err(LedgerError::Unavailable(
-                    "verify's key reader stopped".into(),
-                ))
-            });
-            folded.and(keys)
-        })
-    }?;
+    // The key records and statement entries are read on a second thread while this one
+    // folds the log: the scans of sled need nothing from each other until the records are
+    // matched with their facts. A serving ledger's reader yields the CPU to the committer
+    // (see `SledConfig::verify_yields`).
+    let keys = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            if yields {
+                yield_cpu();
+            }
+            read_keys(tree, upto)
+        });
+        let folded = o.fold_log();
+        let keys = reader.join().unwrap_or_else(|_| {
+            Err(LedgerError::Unavailable(
+                "verify's key reader stopped".into(),
+            ))
+        });
+        folded.and(keys)
+    })?;
+    o.check_statements(&keys);
     o.match_keys(keys)?;
     o.scan_balances()?;
     o.scan_refunded()?;
-    o.scan_statements()?;
     // Catch up with the facts committed during the scan, still with no lock, until few
     // are left for the held step: its length is what commits wait.
     for _ in 0..8 {
@@ -148,12 +149,17 @@ struct ScannedKey {
     expired: bool,
 }
 
+/// What the scans of the indexes give, read on the same thread: the key records, and the
+/// statement entries up to `upto` as a count and the sum of their digests.
 #[derive(Default)]
 struct KeyScan {
     keys: Vec<ScannedKey>,
     /// Records that point past `upto`: their facts came during the scan.
     late: Vec<(ClientId, Key, KeyRecord)>,
     problems: Vec<String>,
+    statement_entries: u64,
+    statement_digest: u64,
+    unreadable_statements: usize,
 }
 
 /// The (client, key) name bytes of a key record's sled key, as stored.
@@ -163,7 +169,8 @@ fn name_parts(k: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((client, &key[1..]))
 }
 
-/// Reads every key record, keeping digests; names are parsed only to be reported.
+/// Reads every key record, keeping digests (names are parsed only to be reported), then
+/// every statement entry.
 fn read_keys(tree: &sled::Tree, upto: u64) -> Result<KeyScan, LedgerError> {
     // One record per fact, nearly: sized once rather than doubled into twice the memory.
     let mut scan = KeyScan {
@@ -200,7 +207,34 @@ fn read_keys(tree: &sled::Tree, upto: u64) -> Result<KeyScan, LedgerError> {
             expired: rec.expired,
         });
     }
+    for item in tree.scan_prefix([P_STATEMENT]) {
+        let (k, _) = item.map_err(io)?;
+        match split_statement(&k) {
+            Some((account, seq)) if seq <= upto => {
+                scan.statement_entries += 1;
+                scan.statement_digest = scan
+                    .statement_digest
+                    .wrapping_add(statement_digest(account, seq));
+            }
+            Some(_) => {}
+            None => scan.unreadable_statements += 1,
+        }
+    }
     Ok(scan)
+}
+
+/// Gives the calling thread the lowest priority (nice 19), so that on a machine with few
+/// cores the committer runs first whenever both want a core. Best effort: if the call
+/// fails the reader only runs at the usual priority. The thread is verify's own and ends
+/// with it. No safe wrapper of the call exists in the crates we use, hence the `unsafe`.
+#[allow(unsafe_code)]
+fn yield_cpu() {
+    // SAFETY: setpriority reads its three integer arguments and nothing else; the thread
+    // id of the calling thread is always valid for it.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid.unsigned_abs(), 19);
+    }
 }
 
 fn statement_digest(account: &[u8], seq: u64) -> u64 {
@@ -453,31 +487,24 @@ impl Online {
     /// The statement entries up to `upto` against those the fold calls for, by count and
     /// by the sum of their digests (a missing entry, an extra one, or one under another
     /// account or seq changes one or the other). Entries past `upto` came during the scan.
-    fn scan_statements(&mut self) -> Result<(), LedgerError> {
-        let (mut entries, mut sum) = (0u64, 0u64);
-        for item in self.tree.scan_prefix([P_STATEMENT]) {
-            let (k, _) = item.map_err(io)?;
-            let Some((account, seq)) = split_statement(&k) else {
-                self.r.add(
-                    STATEMENTS,
-                    "a statement entry with an unreadable key".into(),
-                );
-                continue;
-            };
-            if seq <= self.upto {
-                entries += 1;
-                sum = sum.wrapping_add(statement_digest(account, seq));
-            }
+    /// Compares the statement entries read beside the key records with those the fold
+    /// calls for.
+    fn check_statements(&mut self, scan: &KeyScan) {
+        for _ in 0..scan.unreadable_statements {
+            self.r.add(
+                STATEMENTS,
+                "a statement entry with an unreadable key".into(),
+            );
         }
-        if entries != self.statement_entries {
+        if scan.statement_entries != self.statement_entries {
             self.r.add(
                 STATEMENTS,
                 format!(
-                    "up to seq {}: {entries} statement entries, the log has {} movements",
-                    self.upto, self.statement_entries
+                    "up to seq {}: {} statement entries, the log has {} movements",
+                    self.upto, scan.statement_entries, self.statement_entries
                 ),
             );
-        } else if sum != self.statement_digest {
+        } else if scan.statement_digest != self.statement_digest {
             self.r.add(
                 STATEMENTS,
                 format!(
@@ -487,7 +514,6 @@ impl Online {
                 ),
             );
         }
-        Ok(())
     }
 
     fn scan_refunded(&mut self) -> Result<(), LedgerError> {
