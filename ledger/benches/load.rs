@@ -42,11 +42,15 @@ fn withdraw(account: &Account) -> Command {
     }
 }
 
+fn bench_account(i: usize) -> Account {
+    Account::parse(&format!("acct{i}")).unwrap()
+}
+
 fn seed_accounts(ledger: &SledStore, n: usize) -> Vec<Account> {
     let client = ClientId::default_client();
     (0..n)
         .map(|i| {
-            let a = Account::parse(&format!("acct{i}")).unwrap();
+            let a = bench_account(i);
             ledger
                 .blocking()
                 .submit(
@@ -312,9 +316,7 @@ fn spawn_writers(
 /// from 64 threads until it is killed.
 fn crash_child(path: &str) {
     let (ledger, _) = SledStore::open(bench_config(std::path::Path::new(path))).unwrap();
-    let accounts: Vec<Account> = (0..1000)
-        .map(|i| Account::parse(&format!("acct{i}")).unwrap())
-        .collect();
+    let accounts: Vec<Account> = (0..1000).map(bench_account).collect();
     println!("ready");
     let _writers = spawn_writers(&ledger, &accounts, "crash", u64::MAX);
     // The writers run until the parent kills the process.
@@ -462,9 +464,7 @@ fn large_ledger(quick: bool) {
         seed_accounts(&ledger, 1000)
     } else {
         // Filled by an earlier run: the same accounts, and no more keys.
-        (0..1000)
-            .map(|i| Account::parse(&format!("acct{i}")).unwrap())
-            .collect()
+        (0..1000).map(bench_account).collect()
     };
     let fill = Instant::now();
     let target = if have == 0 {

@@ -112,12 +112,12 @@ pub(crate) fn verify_online(
             if yields {
                 yield_cpu();
             }
-            read_keys(tree, upto)
+            read_index(tree, upto)
         });
         let folded = o.fold_log();
         let keys = reader.join().unwrap_or_else(|_| {
             Err(LedgerError::Unavailable(
-                "verify's key reader stopped".into(),
+                "verify's index reader stopped".into(),
             ))
         });
         folded.and(keys)
@@ -152,7 +152,7 @@ struct ScannedKey {
 /// What the scans of the indexes give, read on the same thread: the key records, and the
 /// statement entries up to `upto` as a count and the sum of their digests.
 #[derive(Default)]
-struct KeyScan {
+struct IndexScan {
     keys: Vec<ScannedKey>,
     /// Records that point past `upto`: their facts came during the scan.
     late: Vec<(ClientId, Key, KeyRecord)>,
@@ -171,11 +171,11 @@ fn name_parts(k: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// Reads every key record, keeping digests (names are parsed only to be reported), then
 /// every statement entry.
-fn read_keys(tree: &sled::Tree, upto: u64) -> Result<KeyScan, LedgerError> {
+fn read_index(tree: &sled::Tree, upto: u64) -> Result<IndexScan, LedgerError> {
     // One record per fact, nearly: sized once rather than doubled into twice the memory.
-    let mut scan = KeyScan {
+    let mut scan = IndexScan {
         keys: Vec::with_capacity(usize::try_from(upto).unwrap_or(0)),
-        ..KeyScan::default()
+        ..IndexScan::default()
     };
     for item in tree.scan_prefix([P_KEY]) {
         let (k, v) = item.map_err(io)?;
@@ -312,9 +312,9 @@ impl Online {
         Ok(())
     }
 
-    /// Matches the key records read by [`read_keys`] with the facts they point at; the
+    /// Matches the key records read by [`read_index`] with the facts they point at; the
     /// names of the few that do not match are read again to be reported.
-    fn match_keys(&mut self, scan: KeyScan) -> Result<(), LedgerError> {
+    fn match_keys(&mut self, scan: IndexScan) -> Result<(), LedgerError> {
         for problem in scan.problems {
             self.r.add(KEY_FACT, problem);
         }
@@ -486,10 +486,9 @@ impl Online {
 
     /// The statement entries up to `upto` against those the fold calls for, by count and
     /// by the sum of their digests (a missing entry, an extra one, or one under another
-    /// account or seq changes one or the other). Entries past `upto` came during the scan.
-    /// Compares the statement entries read beside the key records with those the fold
-    /// calls for.
-    fn check_statements(&mut self, scan: &KeyScan) {
+    /// account or seq changes one or the other). Entries past `upto` came during the scan;
+    /// the entries were read with the key records, on the reader's thread.
+    fn check_statements(&mut self, scan: &IndexScan) {
         for _ in 0..scan.unreadable_statements {
             self.r.add(
                 STATEMENTS,
