@@ -145,6 +145,13 @@ impl Report {
 /// strings each.
 pub(crate) type Withdrawals = DigestMap<(u64, u64)>;
 
+/// The most withdrawals a verify reserves room for before it reads the log (24 bytes
+/// each): 4,194,304, about 100 MB. A table grown by doubling to a million entries is
+/// rehashed twenty times, each time into fresh pages the kernel zeroes; sized once for
+/// the log's last seq (which bounds its withdrawals), it is built in place. The cap
+/// bounds what is reserved ahead for a log of mostly deposits.
+pub(crate) const WITHDRAWALS_RESERVED: usize = 1 << 22;
+
 /// A map keyed by 64-bit digests. The key already is a hash, so it is used as its own:
 /// hashing it again with SipHash was a tenth of a verify's time.
 pub(crate) type DigestMap<V> = HashMap<u64, V, BuildHasherDefault<DigestHasher>>;

@@ -89,9 +89,6 @@ const BATCH_ROWS: usize = 1024;
 /// offsets in it are 32-bit.
 const BATCH_BYTES: usize = 4 << 20;
 
-/// The most withdrawals a verify reserves room for before it reads the log (24 bytes
-/// each): 4,194,304, about 100 MB.
-const WITHDRAWALS_RESERVED: usize = 1 << 22;
 const BATCHES_IN_FLIGHT: usize = 4;
 
 type Tx<'a> = deadpool_postgres::Transaction<'a>;
@@ -180,17 +177,15 @@ impl PgStore {
             _ => None,
         };
         let mut fold = Fold::default();
-        // The withdrawals' table is sized once for the log: grown by doubling to a million
-        // entries it was rehashed twenty times, each time into fresh pages the kernel
-        // zeroes. The last seq bounds the withdrawals; the cap bounds what is reserved
-        // ahead for a log of mostly deposits.
+        // The withdrawals' table is sized once for the log (see `WITHDRAWALS_RESERVED`).
         let last: Option<i64> = tx
             .query_one("SELECT max(seq) FROM facts", &[])
             .await
             .map_err(pg)
             .and_then(|row| get(&row, 0))?;
         let ahead = usize::try_from(last.unwrap_or(0)).unwrap_or(0);
-        fold.withdrawals.reserve(ahead.min(WITHDRAWALS_RESERVED));
+        fold.withdrawals
+            .reserve(ahead.min(checks::WITHDRAWALS_RESERVED));
         let mut keys = match &beside {
             Some(beside) => self.fold_beside(&tx, beside, &mut fold).await?,
             None => self.fold_joined(&tx, &mut fold).await?,

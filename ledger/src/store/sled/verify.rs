@@ -9,8 +9,8 @@ use crate::projection::{Balances, Stats};
 use crate::store::LedgerError;
 use crate::store::verify::{
     COUNTERS, DERIVED, DOUBLE_ENTRY, DigestMap, GAPLESS, KEY_FACT, NO_OVERDRAFT, ONE_EFFECT,
-    REFUNDS, Report, SAME_ANSWER, STATEMENTS, VerifyReport, Withdrawals, check_fold, digest, held,
-    key_digest,
+    REFUNDS, Report, SAME_ANSWER, STATEMENTS, VerifyReport, WITHDRAWALS_RESERVED, Withdrawals,
+    check_fold, digest, held, key_digest,
 };
 
 use super::records::{
@@ -86,7 +86,13 @@ pub(crate) fn verify_online(
         tree: tree.clone(),
         balances: Balances::default(),
         stats: Stats::default(),
-        withdrawals: Withdrawals::default(),
+        // Sized once for the log (see `WITHDRAWALS_RESERVED`).
+        withdrawals: Withdrawals::with_capacity_and_hasher(
+            usize::try_from(upto)
+                .unwrap_or(usize::MAX)
+                .min(WITHDRAWALS_RESERVED),
+            Default::default(),
+        ),
         orphans: 0,
         sigs: Vec::with_capacity(usize::try_from(upto).unwrap_or(0)),
         tail: HashMap::new(),
