@@ -105,10 +105,10 @@ pub struct SledConfig {
     /// ...or once this much time passed with something written.
     pub checkpoint_interval: Duration,
     /// `verify` reads the key records and statement entries on a second thread while it
-    /// folds the log. On two cores that thread competes with the committer, so a serving
-    /// ledger runs it at the lowest priority (nice 19): it takes only the CPU the
+    /// folds the log. On two cores both threads compete with the committer, so a serving
+    /// ledger runs both at the lowest priority (nice 19): they take only the CPU the
     /// committer leaves. The offline `verify` command, with nothing else to serve, sets
-    /// this to false and reads at full priority.
+    /// this to false and reads at full priority, folding on the calling thread.
     pub verify_yields: bool,
     /// How long an arrival that meets its twin in flight (a live claim of the same
     /// command, or any claim for a message) waits for the twin's durable answer before it

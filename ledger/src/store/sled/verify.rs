@@ -109,10 +109,11 @@ pub(crate) fn verify_online(
         Some(v) => decode::<Stats>("stats", &v).map_or(0, |s| s.keys_expired),
         None => 0,
     };
-    // The key records and statement entries are read on a second thread while this one
-    // folds the log: the scans of sled need nothing from each other until the records are
-    // matched with their facts. A serving ledger's reader yields the CPU to the committer
-    // (see `SledConfig::verify_yields`).
+    // The key records and statement entries are read on a second thread while the log is
+    // folded: the scans of sled need nothing from each other until the records are
+    // matched with their facts. A serving ledger folds on a thread of its own too, and
+    // both yield the CPU to the committer (see `SledConfig::verify_yields`): the calling
+    // thread is a runtime's blocking thread, whose priority is not verify's to change.
     let keys = std::thread::scope(|scope| {
         let reader = scope.spawn(|| {
             if yields {
@@ -120,7 +121,18 @@ pub(crate) fn verify_online(
             }
             read_index(tree, upto)
         });
-        let folded = o.fold_log();
+        let folded = if yields {
+            let o = &mut o;
+            scope
+                .spawn(move || {
+                    yield_cpu();
+                    o.fold_log()
+                })
+                .join()
+                .unwrap_or_else(|_| Err(LedgerError::Unavailable("verify's fold stopped".into())))
+        } else {
+            o.fold_log()
+        };
         let keys = reader.join().unwrap_or_else(|_| {
             Err(LedgerError::Unavailable(
                 "verify's index reader stopped".into(),
