@@ -156,6 +156,32 @@ fn verify_reports_tampered_key_records_by_name() {
     }
 }
 
+/// A hole in the middle of the log and a log key of the wrong length: the facts are read
+/// and decoded on a thread of their own and folded in order, and verify still names both.
+#[test]
+fn verify_reports_a_hole_and_a_malformed_log_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    fill(&path, 6);
+    tamper(&path, |t| {
+        let mut k = vec![b'f'];
+        k.extend_from_slice(&4u64.to_be_bytes());
+        assert!(t.remove(&k).unwrap().is_some());
+        // Sorts between seq 2 and seq 3.
+        let mut k = vec![b'f'];
+        k.extend_from_slice(&2u64.to_be_bytes());
+        k.push(0);
+        t.insert(k, vec![1]).unwrap();
+    });
+    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
+    let report = l.blocking().verify().unwrap();
+    let text = report.to_string();
+    assert!(!report.ok(), "{text}");
+    for expect in ["a log key of the wrong length", "expected seq 4, found 5"] {
+        assert!(text.contains(expect), "missing {expect:?} in {text}");
+    }
+}
+
 /// A key with two facts: the fact of w3 overwritten with a copy of w1's. Verify names the
 /// key and both facts, besides the record left pointing at a fact of another key.
 #[test]

@@ -174,17 +174,6 @@ impl Hasher for DigestHasher {
     }
 }
 
-/// What a fact's check needs of the balances folded before it.
-pub(crate) trait BalanceOf {
-    fn balance_of(&self, account: &Account, currency: Currency) -> Option<i128>;
-}
-
-impl BalanceOf for Balances {
-    fn balance_of(&self, account: &Account, currency: Currency) -> Option<i128> {
-        self.get(account, currency)
-    }
-}
-
 /// Balances folded with account names hashed rather than ordered: the string comparisons
 /// down an ordered map were a tenth of the client's time in a PostgreSQL verify. The
 /// system accounts, which take the other leg of every movement, are kept apart and found
@@ -196,8 +185,8 @@ pub(crate) struct HashedBalances {
 }
 
 impl HashedBalances {
-    /// As [`Balances::apply`]; returns the balance the fact leaves on its user account
-    /// as [`check_fold`] computes it from the balance before (see [`check_after`]).
+    /// As [`Balances::apply`]; returns the balance the fact leaves on its user account,
+    /// the balance before plus its change, for [`check_after`].
     pub(crate) fn apply(&mut self, fact: &Fact) -> Option<i128> {
         let mut after = None;
         for (account, currency, delta) in crate::projection::legs(fact) {
@@ -226,6 +215,22 @@ impl HashedBalances {
         after
     }
 
+    pub(crate) fn get(&self, account: &Account, currency: Currency) -> Option<i128> {
+        let per = if account.is_system() {
+            &self.system.iter().find(|(a, _)| a == account)?.1
+        } else {
+            self.accounts.get(account)?
+        };
+        per.get(&currency).copied()
+    }
+
+    /// Every account with its balances, in no order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Account, &BTreeMap<Currency, i128>)> {
+        self.accounts
+            .iter()
+            .chain(self.system.iter().map(|(a, p)| (a, p)))
+    }
+
     pub(crate) fn into_balances(self) -> Balances {
         Balances {
             accounts: self.accounts.into_iter().chain(self.system).collect(),
@@ -233,30 +238,26 @@ impl HashedBalances {
     }
 }
 
-/// Checks one fact against the fold of the facts before it: the balance it claims, no
-/// overdraft, and refund bounds. `withdrawals` maps (client, withdrawal key) to (amount
-/// withdrawn, refunded so far).
-pub(crate) fn check_fold(
-    r: &mut Report,
-    fact: &Fact,
-    before: &impl BalanceOf,
-    withdrawals: &mut Withdrawals,
-) {
-    let mut after = None;
-    for (account, currency, delta) in crate::projection::legs(fact) {
-        if !account.is_system() {
-            after = Some(before.balance_of(account, currency).unwrap_or(0) + delta);
-        }
-    }
-    check_after(r, fact, after, withdrawals);
-}
-
-/// [`check_fold`] given the balance the fact leaves on its user account by the fold
-/// (`None` for a rejection, which moves nothing).
+/// Checks one fact against the fold of the facts before it, given the balance it leaves
+/// on its user account by the fold (`None` for a rejection, which moves nothing): the
+/// balance it claims, no overdraft, and refund bounds. `withdrawals` maps (client,
+/// withdrawal key) to (amount withdrawn, refunded so far).
 pub(crate) fn check_after(
     r: &mut Report,
     fact: &Fact,
     after: Option<i128>,
+    withdrawals: &mut Withdrawals,
+) {
+    let key = key_digest(&fact.client, &fact.key);
+    check_after_keyed(r, fact, after, key, withdrawals);
+}
+
+/// [`check_after`] given the digest of the fact's own (client, key).
+pub(crate) fn check_after_keyed(
+    r: &mut Report,
+    fact: &Fact,
+    after: Option<i128>,
+    key: u64,
     withdrawals: &mut Withdrawals,
 ) {
     let claimed = match &fact.body {
@@ -284,7 +285,7 @@ pub(crate) fn check_after(
     }
     match &fact.body {
         FactBody::WithdrawalRecorded { amount, .. } => {
-            withdrawals.insert(key_digest(&fact.client, &fact.key), (amount.units(), 0));
+            withdrawals.insert(key, (amount.units(), 0));
         }
         FactBody::RefundRecorded {
             withdrawal,

@@ -1,16 +1,16 @@
 //! sled's online verify: the log folded while commits go on, then one short step between two
 //! batches.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
-use crate::domain::{Account, ClientId, Currency, Key};
+use crate::domain::{Account, ClientId, Currency, Fingerprint, Key};
 use crate::fact::{Fact, FactBody};
 use crate::projection::{Balances, Stats};
 use crate::store::LedgerError;
 use crate::store::verify::{
-    COUNTERS, DERIVED, DOUBLE_ENTRY, DigestMap, GAPLESS, KEY_FACT, NO_OVERDRAFT, ONE_EFFECT,
-    REFUNDS, Report, SAME_ANSWER, STATEMENTS, VerifyReport, WITHDRAWALS_RESERVED, Withdrawals,
-    check_fold, digest, held, key_digest,
+    COUNTERS, DERIVED, DOUBLE_ENTRY, DigestMap, GAPLESS, HashedBalances, KEY_FACT, NO_OVERDRAFT,
+    ONE_EFFECT, REFUNDS, Report, SAME_ANSWER, STATEMENTS, VerifyReport, WITHDRAWALS_RESERVED,
+    Withdrawals, check_after_keyed, digest, held, key_digest,
 };
 
 use super::records::{
@@ -41,7 +41,7 @@ struct Sig {
 struct Online {
     r: Report,
     tree: sled::Tree,
-    balances: Balances,
+    balances: HashedBalances,
     stats: Stats,
     withdrawals: Withdrawals,
     /// Facts up to `upto` that no key record points at. A key with two facts leaves one
@@ -84,7 +84,7 @@ pub(crate) fn verify_online(
     let mut o = Online {
         r: Report::default(),
         tree: tree.clone(),
-        balances: Balances::default(),
+        balances: HashedBalances::default(),
         stats: Stats::default(),
         // Sized once for the log (see `WITHDRAWALS_RESERVED`).
         withdrawals: Withdrawals::with_capacity_and_hasher(
@@ -126,12 +126,12 @@ pub(crate) fn verify_online(
             scope
                 .spawn(move || {
                     yield_cpu();
-                    o.fold_log()
+                    o.fold_log(yields)
                 })
                 .join()
                 .unwrap_or_else(|_| Err(LedgerError::Unavailable("verify's fold stopped".into())))
         } else {
-            o.fold_log()
+            o.fold_log(yields)
         };
         let keys = reader.join().unwrap_or_else(|_| {
             Err(LedgerError::Unavailable(
@@ -221,7 +221,7 @@ fn read_index(tree: &sled::Tree, upto: u64) -> Result<IndexScan, LedgerError> {
         scan.keys.push(ScannedKey {
             key: digest(&[client, key]),
             seq: rec.seq,
-            command: digest(&[&rec.fingerprint.0]),
+            command: fingerprint_digest(&rec.fingerprint),
             expired: rec.expired,
         });
     }
@@ -255,6 +255,16 @@ fn yield_cpu() {
     }
 }
 
+/// A fingerprint is already 16 bytes of SHA-256, so its two halves folded into one are a
+/// digest as good as any hash of it, for nothing. Both halves count: a change to any
+/// byte changes the digest (the rotation keeps two swapped halves apart too).
+fn fingerprint_digest(fp: &Fingerprint) -> u64 {
+    let (mut a, mut b) = ([0u8; 8], [0u8; 8]);
+    a.copy_from_slice(&fp.0[..8]);
+    b.copy_from_slice(&fp.0[8..]);
+    u64::from_le_bytes(a) ^ u64::from_le_bytes(b).rotate_left(29)
+}
+
 fn statement_digest(account: &[u8], seq: u64) -> u64 {
     digest(&[account, &seq.to_be_bytes()])
 }
@@ -263,42 +273,88 @@ fn io(e: sled::Error) -> LedgerError {
     LedgerError::Unavailable(e.to_string())
 }
 
+/// How many facts the log's reader hands the fold at a time.
+const READ_BATCH: usize = 1024;
+
+/// A fact as read from the log, with the work on it that needs no other fact done: its
+/// decoding, its key's digest and, up to `upto`, its signature and its statement entry's
+/// digest (the command's fingerprint is a SHA-256). The log's reader does this on a
+/// thread of its own, so the fold, which must take the facts in seq order, is left only
+/// the balances, the refunds and the counters.
+struct Read {
+    seq: u64,
+    fact: Result<Fact, String>,
+    key: u64,
+    sig: Option<(Sig, Option<u64>)>,
+}
+
+impl Read {
+    fn of(seq: u64, bytes: &[u8], upto: u64) -> Self {
+        let fact = match Fact::decode(seq, bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                return Self {
+                    seq,
+                    fact: Err(e.to_string()),
+                    key: 0,
+                    sig: None,
+                };
+            }
+        };
+        let key = key_digest(&fact.client, &fact.key);
+        let sig = (seq <= upto).then(|| {
+            let sig = Sig {
+                key,
+                command: fingerprint_digest(&fact.body.command_fingerprint()),
+                referenced: false,
+            };
+            let entry = crate::projection::statement_line(&fact)
+                .map(|line| statement_digest(line.account.as_str().as_bytes(), seq));
+            (sig, entry)
+        });
+        Self {
+            seq,
+            fact: Ok(fact),
+            key,
+            sig,
+        }
+    }
+}
+
 impl Online {
-    /// Folds one fact; `sig` is where its digests go when it is below `upto`.
+    /// Folds one fact.
     fn fold(&mut self, seq: u64, bytes: &[u8]) -> Option<Fact> {
+        self.fold_read(Read::of(seq, bytes, self.upto))
+    }
+
+    fn fold_read(&mut self, read: Read) -> Option<Fact> {
+        let seq = read.seq;
         let expect = self.stats.last_seq + 1;
         if seq != expect {
             self.r
                 .add(GAPLESS, format!("expected seq {expect}, found {seq}"));
         }
-        let fact = match Fact::decode(seq, bytes) {
+        let fact = match read.fact {
             Ok(f) => f,
             Err(e) => {
-                self.r.add(KEY_FACT, e.to_string());
+                self.r.add(KEY_FACT, e);
                 self.stats.last_seq = seq;
                 return None;
             }
         };
-        let kd = key_digest(&fact.client, &fact.key);
-        if seq <= self.upto {
+        if let Some((sig, entry)) = read.sig {
             let idx = usize::try_from(seq - 1).unwrap_or(usize::MAX);
             if self.sigs.len() <= idx {
                 self.sigs.resize(idx + 1, Sig::default());
             }
-            self.sigs[idx] = Sig {
-                key: kd,
-                command: digest(&[&fact.body.command_fingerprint().0]),
-                referenced: false,
-            };
-            if let Some(line) = crate::projection::statement_line(&fact) {
+            self.sigs[idx] = sig;
+            if let Some(d) = entry {
                 self.statement_entries += 1;
-                self.statement_digest = self
-                    .statement_digest
-                    .wrapping_add(statement_digest(line.account.as_str().as_bytes(), seq));
+                self.statement_digest = self.statement_digest.wrapping_add(d);
             }
         }
-        check_fold(&mut self.r, &fact, &self.balances, &mut self.withdrawals);
-        self.balances.apply(&fact);
+        let after = self.balances.apply(&fact);
+        check_after_keyed(&mut self.r, &fact, after, read.key, &mut self.withdrawals);
         self.stats.apply(&fact);
         Some(fact)
     }
@@ -308,16 +364,48 @@ impl Online {
         Fact::decode(seq, &bytes).ok()
     }
 
-    fn fold_log(&mut self) -> Result<(), LedgerError> {
-        let range = super::records::fact_key(1)..=super::records::fact_key(self.upto);
-        for item in self.tree.range(range) {
-            let (k, v) = item.map_err(io)?;
-            let Some(seq) = seq_of(&k) else {
-                self.r.add(GAPLESS, "a log key of the wrong length".into());
-                continue;
-            };
-            self.fold(seq, &v);
-        }
+    /// Folds the facts up to `upto`, read and decoded on a second thread (see [`Read`]).
+    fn fold_log(&mut self, yields: bool) -> Result<(), LedgerError> {
+        let (tree, upto) = (self.tree.clone(), self.upto);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Option<Read>>>(8);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(move || -> Result<(), LedgerError> {
+                if yields {
+                    yield_cpu();
+                }
+                let range = super::records::fact_key(1)..=super::records::fact_key(upto);
+                let mut batch = Vec::with_capacity(READ_BATCH);
+                for item in tree.range(range) {
+                    let (k, v) = item.map_err(io)?;
+                    // `None`: a log key of the wrong length.
+                    batch.push(seq_of(&k).map(|seq| Read::of(seq, &v, upto)));
+                    if batch.len() == READ_BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(READ_BATCH));
+                        if tx.send(full).is_err() {
+                            return Ok(());
+                        }
+                    }
+                }
+                // The fold has stopped only if it panicked, which the caller reports.
+                let _ = tx.send(batch);
+                Ok(())
+            });
+            for batch in rx {
+                for read in batch {
+                    match read {
+                        Some(read) => {
+                            self.fold_read(read);
+                        }
+                        None => self.r.add(GAPLESS, "a log key of the wrong length".into()),
+                    }
+                }
+            }
+            reader.join().unwrap_or_else(|_| {
+                Err(LedgerError::Unavailable(
+                    "verify's log reader stopped".into(),
+                ))
+            })
+        })?;
         if self.stats.last_seq < self.upto {
             self.r.add(
                 GAPLESS,
@@ -481,7 +569,7 @@ impl Online {
                 None => self.r.add(DERIVED, "an undecodable balance record".into()),
             }
         }
-        let folded: usize = self.balances.accounts.values().map(BTreeMap::len).sum();
+        let folded: usize = self.balances.iter().map(|(_, per)| per.len()).sum();
         if matched + self.suspect_accounts.len() < folded {
             // Some balance of the fold has no record: find which (rare, so a second scan).
             let mut stored = std::collections::HashSet::new();
@@ -491,7 +579,7 @@ impl Online {
                     stored.insert((a, c));
                 }
             }
-            for (a, per) in &self.balances.accounts {
+            for (a, per) in self.balances.iter() {
                 for c in per.keys() {
                     if !stored.contains(&(a.clone(), *c)) {
                         self.suspect_accounts.push((a.clone(), *c));
@@ -600,7 +688,8 @@ impl Online {
                 );
             }
         }
-        self.recheck_balances()?;
+        let balances = std::mem::take(&mut self.balances).into_balances();
+        self.recheck_balances(&balances)?;
         self.recheck_refunds()?;
         self.check_counters()?;
         let stats = &self.stats;
@@ -608,14 +697,9 @@ impl Online {
             facts: stats.last_seq,
             keys_done: stats.keys_done,
             keys_expired: stats.keys_expired,
-            accounts: self
-                .balances
-                .accounts
-                .keys()
-                .filter(|a| !a.is_system())
-                .count(),
-            currencies: self.balances.sums().len(),
-            held: held(&self.balances),
+            accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
+            currencies: balances.sums().len(),
+            held: held(&balances),
             violations: self.r.finish(),
         })
     }
@@ -658,7 +742,7 @@ impl Online {
         Ok(())
     }
 
-    fn recheck_balances(&mut self) -> Result<(), LedgerError> {
+    fn recheck_balances(&mut self, balances: &Balances) -> Result<(), LedgerError> {
         let mut suspects = std::mem::take(&mut self.suspect_accounts);
         suspects.sort();
         suspects.dedup();
@@ -670,7 +754,7 @@ impl Online {
                 .map_err(io)?
                 .and_then(|v| decode_balance(&key, &v))
                 .map(|(_, _, b)| b);
-            match (self.balances.get(&account, currency), stored) {
+            match (balances.get(&account, currency), stored) {
                 (Some(b), s) if s != Some(b) => self.r.add(
                     DERIVED,
                     format!("{account} {currency}: stored {s:?}, the log gives {b}"),
@@ -682,7 +766,7 @@ impl Online {
                 _ => {}
             }
         }
-        for (account, per) in &self.balances.accounts {
+        for (account, per) in &balances.accounts {
             for (currency, b) in per {
                 if !account.is_system() && *b < 0 {
                     self.r
@@ -690,7 +774,7 @@ impl Online {
                 }
             }
         }
-        for (currency, sum) in self.balances.sums() {
+        for (currency, sum) in balances.sums() {
             if sum != 0 {
                 self.r
                     .add(DOUBLE_ENTRY, format!("{currency} sums to {sum}"));
