@@ -573,8 +573,8 @@ fn large_ledger(quick: bool) {
     l.blocking().shutdown();
     drop(l);
 
-    // The offline `verify` command: nothing else running, its second thread (the key
-    // records and statement entries) at full priority.
+    // The offline `verify` command: nothing else running, its threads (the log's reader,
+    // the fold, the key records and statement entries) at full priority.
     let (l, _) = SledStore::open(SledConfig {
         verify_yields: false,
         ..SledConfig::new(&path)
@@ -584,7 +584,7 @@ fn large_ledger(quick: bool) {
     let report = l.blocking().verify().unwrap();
     let offline = t.elapsed().as_secs_f64();
     println!(
-        "verify {} facts alone, on two threads: {offline:.2} s ({:.0} facts/s), {}",
+        "verify {} facts alone, at full priority: {offline:.2} s ({:.0} facts/s), {}",
         report.facts,
         report.facts as f64 / offline,
         if report.ok() { "ok" } else { "VIOLATIONS" },
