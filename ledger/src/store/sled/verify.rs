@@ -322,7 +322,6 @@ impl Read {
 }
 
 impl Online {
-    /// Folds one fact.
     /// Folds one fact read from the log; false if it could not be decoded.
     fn fold_read(&mut self, read: &Read) -> bool {
         let seq = read.seq;
