@@ -1228,6 +1228,19 @@ mod postgres_only {
         assert_eq!(applied(&o).balance, 350);
     }
 
+    /// The schema version this build migrates to.
+    const LATEST: i32 = 12;
+
+    /// What version 12 changes, undone: the responses jsonb again with their digest by
+    /// SHA-256 over `jsonb_send` (version 6's), the apply functions taking text gone.
+    const UNDO_V12: &str = "DROP FUNCTION idem.idem_group_apply_v12; \
+        DROP FUNCTION idem.idem_apply_one_v12; \
+        ALTER TABLE idem.idempotency_keys DROP COLUMN response_digest, \
+            ALTER COLUMN response TYPE jsonb USING response::jsonb, \
+            ADD COLUMN response_digest bytea \
+            GENERATED ALWAYS AS (substring(sha256(jsonb_send(response)) FOR 16)) STORED; \
+        DELETE FROM idem.schema_version WHERE version = 12;";
+
     /// A database at schema version 9 with commands in it is upgraded in place to the
     /// latest version by the next worker that opens it: the claim locks accounts by an
     /// index scan,
@@ -1252,6 +1265,7 @@ mod postgres_only {
                      integer, text[], bytea[], text[], text[], integer) \
                      RESET enable_bitmapscan; \
                  DROP FUNCTION idem.idem_apply_one_v11; \
+                 {UNDO_V12} \
                  DELETE FROM idem.schema_version WHERE version >= 10",
                 include_str!("../src/store/pg/migrations/v9.sql")
             ))
@@ -1269,7 +1283,7 @@ mod postgres_only {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(version, 11);
+        assert_eq!(version, LATEST);
         let unique: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_constraint \
@@ -1317,10 +1331,10 @@ mod postgres_only {
         close(store).await;
         // The database as version 10 left it.
         admin
-            .batch_execute(
-                "DROP FUNCTION idem.idem_apply_one_v11; \
-                 DELETE FROM idem.schema_version WHERE version = 11",
-            )
+            .batch_execute(&format!(
+                "{UNDO_V12} DROP FUNCTION idem.idem_apply_one_v11; \
+                 DELETE FROM idem.schema_version WHERE version >= 11",
+            ))
             .await
             .unwrap();
         let function = "SELECT p.proconfig FROM pg_proc p \
@@ -1333,7 +1347,7 @@ mod postgres_only {
             .await
             .unwrap()
             .get(0);
-        assert_eq!(version, 11);
+        assert_eq!(version, LATEST);
         let settings: Vec<String> = admin.query_one(function, &[]).await.unwrap().get(0);
         for s in ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"] {
             assert!(settings.iter().any(|x| x == s), "{s} missing: {settings:?}");
@@ -1345,6 +1359,78 @@ mod postgres_only {
         assert_eq!(o.rejection(), Some(Rejection::InsufficientFunds));
         assert_eq!(balance(&store, "alice", rub()).await, Some(350));
         assert_eq!(balance(&store, "bob", rub()).await, Some(7));
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
+    /// A database at schema version 11, whose responses are jsonb, is upgraded in place to
+    /// version 12 by the next worker that opens it: each response becomes the text jsonb
+    /// prints, its digest MD5 of that text, which verify renders alike from the facts
+    /// (keys and answers that need escapes, a balance beyond 64 bits, a rejection with its
+    /// detail, a refund); keys done before replay and refuse reuse, new commands write text.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_version_11_database_is_upgraded_in_place() {
+        let Some((env, store, admin)) =
+            with_alice("postgres_only::a_version_11_database_is_upgraded_in_place").await
+        else {
+            return;
+        };
+        let first = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        for i in 0..20 {
+            let key = format!("whale-{i}");
+            executed(
+                submit(
+                    &store,
+                    &key,
+                    deposit("whale", ledger::domain::AMOUNT_MAX, usd()),
+                )
+                .await,
+            );
+        }
+        executed(submit(&store, r#"w"1\x"#, withdraw("whale", 10, usd())).await);
+        executed(submit(&store, "r-1", refund(r#"w"1\x"#, 3)).await);
+        let rejected = executed(submit(&store, "w-big", withdraw("alice", 10_000, rub())).await);
+        assert_eq!(rejected.rejection(), Some(Rejection::InsufficientFunds));
+        close(store).await;
+        // The database as version 11 left it: the responses jsonb again, digested by
+        // SHA-256 over `jsonb_send`, the apply functions of version 12 gone.
+        admin.batch_execute(UNDO_V12).await.unwrap();
+        let column = "SELECT data_type FROM information_schema.columns \
+             WHERE table_schema = 'idem' AND table_name = 'idempotency_keys' \
+               AND column_name = 'response'";
+        let before: String = admin.query_one(column, &[]).await.unwrap().get(0);
+        assert_eq!(before, "jsonb");
+        let store = env.open().await;
+        let version: i32 = admin
+            .query_one("SELECT max(version) FROM idem.schema_version", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, LATEST);
+        let after: String = admin.query_one(column, &[]).await.unwrap().get(0);
+        assert_eq!(after, "text");
+        answers_as_before_the_upgrade(&store, &first).await;
+        assert_verified(&store).await;
+        // A response written now is the same text a converted one is.
+        executed(submit(&store, "d-9", deposit("carol", 5, rub())).await);
+        let texts: Vec<String> = admin
+            .query(
+                "SELECT response FROM idem.idempotency_keys WHERE key IN ('w-1', 'd-9') \
+                 ORDER BY key",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        for text in &texts {
+            assert!(
+                text.starts_with("{\"key\": ") && text.contains(", \"seq\": "),
+                "{text}"
+            );
+        }
         assert_verified(&store).await;
         close(store).await;
         env.finish().await;
@@ -1366,9 +1452,9 @@ mod postgres_only {
         // whether the claim found her row.
         let apply = |exists: bool, after: &str| {
             format!(
-                "SET search_path = idem; SELECT idem_apply_one_v11(now(), 0::smallint, \
+                "SET search_path = idem; SELECT idem_apply_one_v12(now(), 0::smallint, \
                  9999, 'default', 'x-1', 'WithdrawalRecorded', NULL, '\\x00'::bytea, \
-                 '{{}}'::jsonb, '{{}}'::jsonb, '\\x00'::bytea, 'alice', 'RUB', '-1', {exists}, \
+                 '{{}}'::jsonb, '{{}}'::text, '\\x00'::bytea, 'alice', 'RUB', '-1', {exists}, \
                  '{after}', '@payouts', 'RUB', '1', 'applied', 1)"
             )
         };
@@ -1635,8 +1721,8 @@ mod postgres_only {
             unreachable!()
         };
         assert!(
-            // A group of one fact is applied by `idem_apply_one_v11` (v11.sql).
-            waits_on_a_lock(&db.url, "idem_apply_one_v11").await,
+            // A group of one fact is applied by `idem_apply_one_v12` (v12.sql).
+            waits_on_a_lock(&db.url, "idem_apply_one_v12").await,
             "the attempt never waited on the intruder's key row"
         );
         intruder.batch_execute("COMMIT").await.unwrap();
@@ -1736,13 +1822,19 @@ mod postgres_only {
         let cases = [
             (
                 "a stored response with another seq",
-                "UPDATE idem.idempotency_keys SET response = jsonb_set(response, '{seq}', '999') \
+                "UPDATE idem.idempotency_keys SET response = jsonb_set(response::jsonb, '{seq}', '999') \
                  WHERE key = 'd-1'",
                 answer,
             ),
             (
                 "a stored response with one escape less",
-                r#"UPDATE idem.idempotency_keys SET response = jsonb_set(response, '{withdrawal}', '"w\"1x"') WHERE key = 'r-1'"#,
+                r#"UPDATE idem.idempotency_keys SET response = jsonb_set(response::jsonb, '{withdrawal}', '"w\"1x"') WHERE key = 'r-1'"#,
+                answer,
+            ),
+            (
+                "a stored response with the same members spaced otherwise",
+                "UPDATE idem.idempotency_keys SET response = replace(response, '\": ', '\":') \
+                 WHERE key = 'w-usd'",
                 answer,
             ),
             (
@@ -1819,7 +1911,7 @@ mod postgres_only {
         let cases = [
             (
                 "a stored response with another seq",
-                "UPDATE idem.idempotency_keys SET response = jsonb_set(response, '{seq}', '999') \
+                "UPDATE idem.idempotency_keys SET response = jsonb_set(response::jsonb, '{seq}', '999') \
                  WHERE key = 'd-2400'",
                 answer,
             ),

@@ -10,17 +10,17 @@ use tokio::sync::futures::OwnedNotified;
 
 use super::*;
 
-// The group's two statements (`v8.sql`, the claim's body from `v10.sql`; a group of one
-// fact applied by `v11.sql`'s function), prepared once
-// per connection (deadpool's cache) so that BEGIN and COMMIT ride beside them.
+// The group's two statements (the claim of `v8.sql` with its body from `v10.sql`, the
+// apply of `v12.sql`; a group of one fact applied by `v12.sql`'s other function), prepared
+// once per connection (deadpool's cache) so that BEGIN and COMMIT ride beside them.
 pub(super) const SQL_CLAIM: &str = "SELECT r_i, r_state, r_message_claimed, r_hash, r_seq, \
      r_body, r_withdrawal_seq, r_withdrawal, r_client, r_name, r_currency, r_balance, r_total \
      FROM idem_group_claim_v8($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-pub(super) const SQL_APPLY: &str = "SELECT idem_group_apply_v8($1, $2, $3, $4, $5, $6, $7, $8, \
+pub(super) const SQL_APPLY: &str = "SELECT idem_group_apply_v12($1, $2, $3, $4, $5, $6, $7, $8, \
      $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, \
      $27, $28, $29, $30, $31, $32, $33)";
-/// The apply of a group of one fact (`v11.sql`), with the fact's values as scalars.
-pub(super) const SQL_APPLY_ONE: &str = "SELECT idem_apply_one_v11($1, $2, $3, $4, $5, $6, $7, \
+/// The apply of a group of one fact (`v11.sql`, its response as text since `v12.sql`), with the fact's values as scalars.
+pub(super) const SQL_APPLY_ONE: &str = "SELECT idem_apply_one_v12($1, $2, $3, $4, $5, $6, $7, \
      $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
 pub(super) const SQL_COUNT: &str = "INSERT INTO counters (name, shard, n) VALUES ($1, $2, $3) \
      ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n";

@@ -137,6 +137,10 @@ const MIGRATIONS: &[(&str, &str)] = &[
         "a group of one fact applied as one command",
         include_str!("migrations/v11.sql"),
     ),
+    (
+        "the stored response as text, digested by MD5",
+        include_str!("migrations/v12.sql"),
+    ),
 ];
 
 /// Rows of `system_balances` and `counters` per name; a read sums at most this many rows

@@ -896,21 +896,14 @@ fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> 
 }
 
 /// The digest PostgreSQL keeps of a stored response (`response_digest`, schema version
-/// 6) if it is the answer `fact` gives: the first 16 bytes of SHA-256 over `jsonb_send`,
-/// a version byte and then the text PostgreSQL prints for the document. That text is
-/// written here as PostgreSQL writes it, so a response is compared by 16 bytes instead of
-/// being read and parsed.
+/// 12) if it is the answer `fact` gives: MD5 of the text stored, which is the answer as
+/// PostgreSQL prints jsonb (`fact::json::answer_jsonb`). A response is compared by 16
+/// bytes instead of being read and parsed.
 fn response_digest(fact: &Fact, text: &mut String) -> [u8; 16] {
-    use sha2::Digest as _;
+    use md5::Digest as _;
     text.clear();
     fact::json::answer_jsonb(fact, text);
-    let mut h = sha2::Sha256::new();
-    h.update([1u8]);
-    h.update(text.as_bytes());
-    let full = h.finalize();
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&full[..16]);
-    out
+    md5::Md5::digest(text.as_bytes()).into()
 }
 
 /// Every inbox record was written with the fact that answered its message.
