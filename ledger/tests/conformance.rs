@@ -1232,13 +1232,14 @@ mod postgres_only {
     const LATEST: i32 = 12;
 
     /// What version 12 changes, undone: the responses jsonb again with their digest by
-    /// SHA-256 over `jsonb_send` (version 6's), the apply functions taking text gone.
+    /// SHA-256 over `jsonb_send` (version 6's), the functions it made gone.
     const UNDO_V12: &str = "DROP FUNCTION idem.idem_group_apply_v12; \
         DROP FUNCTION idem.idem_apply_one_v12; \
         ALTER TABLE idem.idempotency_keys DROP COLUMN response_digest, \
             ALTER COLUMN response TYPE jsonb USING response::jsonb, \
             ADD COLUMN response_digest bytea \
             GENERATED ALWAYS AS (substring(sha256(jsonb_send(response)) FOR 16)) STORED; \
+        DROP FUNCTION idem.idem_utf8; \
         DELETE FROM idem.schema_version WHERE version = 12;";
 
     /// A database at schema version 9 with commands in it is upgraded in place to the
@@ -1366,7 +1367,7 @@ mod postgres_only {
 
     /// A database at schema version 11, whose responses are jsonb, is upgraded in place to
     /// version 12 by the next worker that opens it: each response becomes the text jsonb
-    /// prints, its digest MD5 of that text, which verify renders alike from the facts
+    /// prints, its digest SHA-256 over that text, which verify renders alike from the facts
     /// (keys and answers that need escapes, a balance beyond 64 bits, a rejection with its
     /// detail, a refund); keys done before replay and refuse reuse, new commands write text.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -138,7 +138,7 @@ const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("migrations/v11.sql"),
     ),
     (
-        "the stored response as text, digested by MD5",
+        "the stored response as text",
         include_str!("migrations/v12.sql"),
     ),
 ];

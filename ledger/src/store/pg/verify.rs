@@ -896,14 +896,17 @@ fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> 
 }
 
 /// The digest PostgreSQL keeps of a stored response (`response_digest`, schema version
-/// 12) if it is the answer `fact` gives: MD5 of the text stored, which is the answer as
-/// PostgreSQL prints jsonb (`fact::json::answer_jsonb`). A response is compared by 16
-/// bytes instead of being read and parsed.
+/// 12) if it is the answer `fact` gives: the first 16 bytes of SHA-256 over the text
+/// stored, which is the answer as PostgreSQL prints jsonb (`fact::json::answer_jsonb`).
+/// A response is compared by 16 bytes instead of being read and parsed.
 fn response_digest(fact: &Fact, text: &mut String) -> [u8; 16] {
-    use md5::Digest as _;
+    use sha2::Digest as _;
     text.clear();
     fact::json::answer_jsonb(fact, text);
-    md5::Md5::digest(text.as_bytes()).into()
+    let full = sha2::Sha256::digest(text.as_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
 }
 
 /// Every inbox record was written with the fact that answered its message.

@@ -1,23 +1,34 @@
--- Idem on PostgreSQL, schema version 12: the stored response as text, digested by MD5.
+-- Idem on PostgreSQL, schema version 12: the stored response as text.
 --
 -- A response was stored as jsonb, with its digest over `jsonb_send` (version 6). Each
 -- write made the server parse the worker's JSON into jsonb, print it again for the
--- digest and hash that with SHA-256: about a tenth of the server's time per command in a
--- group. The worker now writes the response as the text jsonb prints (keys shortest
--- first, ", " and ": " between items), so a row written before this version, cast to
--- text here, and one written after read alike; the digest is MD5 of that text, an
--- immutable function the server runs on text it does not parse. `verify` still compares
--- 16 bytes per key with the digest of the answer it renders from the fact.
+-- digest and hash that: about 5 µs a row, against 3 µs for hashing the text. The
+-- worker now writes the response as the text jsonb prints (keys shortest first, ", " and
+-- ": " between items), so a row written before this version, cast to text here, and one
+-- written after read alike; the digest is the first 16 bytes of SHA-256 over that text's
+-- bytes, which the server takes without parsing it. `verify` still compares 16 bytes per
+-- key with the digest of the answer it renders from the fact.
+--
+-- A generated column takes only immutable functions. `convert_to` is marked stable
+-- because its result depends on the database's encoding, which a database never changes,
+-- so within one database the bytes of a text are a function of the text alone:
+-- idem_utf8 says so. (MD5 of the text, immutable as shipped, costs the server about
+-- 0.6 µs a row less, and the verify more: it checks a digest per key on the client, where
+-- SHA-256 runs on the processor's SHA instructions and MD5 does not.)
 --
 -- The column changes type and its digest is computed again: the table is rewritten once.
 -- Version 8's and 11's apply functions stay: a worker of an earlier build still running
 -- writes jsonb into the text column through its assignment cast, which prints it in the
 -- same form.
+CREATE FUNCTION idem_utf8(t text) RETURNS bytea
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+AS $$ SELECT convert_to(t, 'UTF8') $$;
+
 ALTER TABLE idempotency_keys
     DROP COLUMN response_digest,
     ALTER COLUMN response TYPE text USING response::text,
     ADD COLUMN response_digest bytea
-        GENERATED ALWAYS AS (decode(md5(response), 'hex')) STORED;
+        GENERATED ALWAYS AS (substring(sha256(idem_utf8(response)) FOR 16)) STORED;
 
 -- idem_group_apply_v8 with the responses as text, planned once per session as version 9
 -- set it.
