@@ -1212,6 +1212,37 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// The database is at the schema version this build migrates to.
+    async fn assert_latest_schema(admin: &tokio_postgres::Client) {
+        let version: i32 = admin
+            .query_one("SELECT max(version) FROM idem.schema_version", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(version, LATEST);
+    }
+
+    /// The settings of the function `name` in the schema, or `None` if there is none.
+    async fn function_settings(admin: &tokio_postgres::Client, name: &str) -> Option<Vec<String>> {
+        admin
+            .query_opt(
+                "SELECT coalesce(p.proconfig, '{}') FROM pg_proc p \
+                 JOIN pg_namespace n ON n.oid = p.pronamespace \
+                 WHERE n.nspname = 'idem' AND p.proname = $1",
+                &[&name],
+            )
+            .await
+            .unwrap()
+            .map(|row| row.get(0))
+    }
+
+    /// The plan settings every apply function is made with (version 9's).
+    fn assert_planned_once(settings: &[String]) {
+        for s in ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"] {
+            assert!(settings.iter().any(|x| x == s), "{s} missing: {settings:?}");
+        }
+    }
+
     /// After an upgrade, the key "w-1" written before it (a withdrawal of 100 from alice's
     /// 500, answered `first`) replays, is refused for another command, and a new
     /// withdrawal executes.
@@ -1279,12 +1310,7 @@ mod postgres_only {
         let before: i64 = admin.query_one(group_of_one, &[]).await.unwrap().get(0);
         assert_eq!(before, 0);
         let store = env.open().await;
-        let version: i32 = admin
-            .query_one("SELECT max(version) FROM idem.schema_version", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(version, LATEST);
+        assert_latest_schema(&admin).await;
         let unique: i64 = admin
             .query_one(
                 "SELECT count(*) FROM pg_constraint \
@@ -1295,15 +1321,9 @@ mod postgres_only {
             .unwrap()
             .get(0);
         assert_eq!(unique, 1);
-        let settings: Vec<String> = admin
-            .query_one(
-                "SELECT proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-                 WHERE n.nspname = 'idem' AND p.proname = 'idem_group_claim_v8'",
-                &[],
-            )
+        let settings = function_settings(&admin, "idem_group_claim_v8")
             .await
-            .unwrap()
-            .get(0);
+            .unwrap();
         assert!(
             settings.iter().any(|s| s == "enable_bitmapscan=off"),
             "{settings:?}"
@@ -1338,21 +1358,18 @@ mod postgres_only {
             ))
             .await
             .unwrap();
-        let function = "SELECT p.proconfig FROM pg_proc p \
-             JOIN pg_namespace n ON n.oid = p.pronamespace \
-             WHERE n.nspname = 'idem' AND p.proname = 'idem_apply_one_v11'";
-        assert!(admin.query_opt(function, &[]).await.unwrap().is_none());
+        assert!(
+            function_settings(&admin, "idem_apply_one_v11")
+                .await
+                .is_none()
+        );
         let store = env.open().await;
-        let version: i32 = admin
-            .query_one("SELECT max(version) FROM idem.schema_version", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(version, LATEST);
-        let settings: Vec<String> = admin.query_one(function, &[]).await.unwrap().get(0);
-        for s in ["plan_cache_mode=force_generic_plan", "enable_seqscan=off"] {
-            assert!(settings.iter().any(|x| x == s), "{s} missing: {settings:?}");
-        }
+        assert_latest_schema(&admin).await;
+        assert_planned_once(
+            &function_settings(&admin, "idem_apply_one_v11")
+                .await
+                .unwrap(),
+        );
         answers_as_before_the_upgrade(&store, &first).await;
         let o = executed(submit(&store, "d-2", deposit("bob", 7, rub())).await);
         assert_eq!(applied(&o).balance, 7);
@@ -1403,14 +1420,13 @@ mod postgres_only {
         let before: String = admin.query_one(column, &[]).await.unwrap().get(0);
         assert_eq!(before, "jsonb");
         let store = env.open().await;
-        let version: i32 = admin
-            .query_one("SELECT max(version) FROM idem.schema_version", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(version, LATEST);
+        assert_latest_schema(&admin).await;
         let after: String = admin.query_one(column, &[]).await.unwrap().get(0);
         assert_eq!(after, "text");
+        // Made from versions 8's and 11's as installed, with their plan settings.
+        for name in ["idem_group_apply_v12", "idem_apply_one_v12"] {
+            assert_planned_once(&function_settings(&admin, name).await.unwrap());
+        }
         answers_as_before_the_upgrade(&store, &first).await;
         assert_verified(&store).await;
         // A response written now is the same text a converted one is.

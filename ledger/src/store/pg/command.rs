@@ -19,7 +19,8 @@ pub(super) const SQL_CLAIM: &str = "SELECT r_i, r_state, r_message_claimed, r_ha
 pub(super) const SQL_APPLY: &str = "SELECT idem_group_apply_v12($1, $2, $3, $4, $5, $6, $7, $8, \
      $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, \
      $27, $28, $29, $30, $31, $32, $33)";
-/// The apply of a group of one fact (`v11.sql`, its response as text since `v12.sql`), with the fact's values as scalars.
+/// The apply of a group of one fact (`v11.sql`, its response as text since `v12.sql`),
+/// with the fact's values as scalars.
 pub(super) const SQL_APPLY_ONE: &str = "SELECT idem_apply_one_v12($1, $2, $3, $4, $5, $6, $7, \
      $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
 pub(super) const SQL_COUNT: &str = "INSERT INTO counters (name, shard, n) VALUES ($1, $2, $3) \

@@ -980,7 +980,7 @@ impl<'a> One<'a> {
 /// rows written as jsonb took when the column became text (`v12.sql`), so every row reads
 /// alike and `verify` renders one form. Text rather than jsonb spares the server parsing
 /// it and printing it again to digest it.
-fn stored_response(outcome: &crate::fact::Outcome) -> String {
+fn stored_response(outcome: &Outcome) -> String {
     let mut text = String::with_capacity(256);
     fact::json::outcome_jsonb(outcome, &mut text);
     text
