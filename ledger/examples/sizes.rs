@@ -20,7 +20,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         e.1 += k.len() as u64;
         e.2 += v.len() as u64;
     }
-    let facts = kinds.get(&b'f').map_or(0, |e| e.0).max(1);
+    // A fact record ('f') holds one fact or a block of a group's facts; every fact has
+    // exactly one key record ('k').
+    let facts = kinds.get(&b'k').map_or(0, |e| e.0).max(1);
     let mut live = 0;
     println!("| kind | records | key bytes | value bytes |");
     println!("|---|---:|---:|---:|");

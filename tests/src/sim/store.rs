@@ -30,7 +30,9 @@
 //! - sled's disk keeps what the last checkpoint flushed, and as sled writes its buffers in
 //!   the background, possibly more: after a crash it holds any of the writes of the groups
 //!   applied to its memory since (none, all, or some of each group, at random), and
-//!   records the last checkpoint's group.
+//!   records the last checkpoint's group. Here each fact is a write of its own; the sled
+//!   store writes a group's facts as blocks of several, so every set of writes it can
+//!   leave on disk is one this model leaves too.
 //!
 //! Recovery opens sled's disk, reads the checkpoint's group it records and replays every
 //! journal group after it (groups carry absolute values, so a replay is idempotent). A journal that does

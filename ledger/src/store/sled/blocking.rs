@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 
 use crate::domain::{Account, ClientId, Command, Currency, Key, MessageId};
-use crate::fact::{DecodeError, Fact};
+use crate::fact::Fact;
 use crate::projection::{Balances, Stats};
 use crate::store::verify::VerifyReport;
 use crate::store::{Quarantined, Store, Submission};
 
-use super::records::{P_QUARANTINE, decode, fact_key, io_err, quarantine_key, seq_of};
+use super::records::{P_QUARANTINE, decode, io_err, quarantine_key};
 use super::{Caller, Request, Result, SledStore, verify, wait_for};
 
 /// A borrowed handle on a [`SledStore`] whose methods block; see the module docs.
@@ -160,21 +160,11 @@ impl Blocking<'_> {
     pub fn facts(&self, after: u64, limit: usize) -> Result<Vec<Fact>> {
         let durable = self.store.durable_seq();
         let mut out = Vec::new();
-        let start = fact_key(after.saturating_add(1));
-        for item in self
-            .store
-            .shared
-            .tree
-            .range(start..=fact_key(durable))
-            .take(limit)
-        {
-            let (k, v) = item.map_err(io_err)?;
-            let seq = seq_of(&k).ok_or_else(|| {
-                self.store
-                    .shared
-                    .corrupt(DecodeError::new("log key", "length"))
-            })?;
-            out.push(Fact::decode(seq, &v).map_err(|e| self.store.shared.corrupt(e))?);
+        let shared = &self.store.shared;
+        let facts = super::log::Facts::new(&shared.tree, after.saturating_add(1), durable);
+        for item in facts.map_err(io_err)?.take(limit) {
+            let entry = item.map_err(io_err)?.map_err(|d| shared.corrupt(d.error))?;
+            out.push(entry.decode().map_err(|e| shared.corrupt(e))?);
         }
         Ok(out)
     }

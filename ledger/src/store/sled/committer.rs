@@ -19,8 +19,8 @@ use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, mes
 use super::journal::{Group, Journal};
 use super::records::{
     GROUP_KEY, InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY,
-    STATS_KEY, account_key, decode, encode, fact_key, inbox_key, io_err, quarantine_key,
-    scoped_key, seq_of, statement_key,
+    STATS_KEY, account_key, decode, encode, inbox_key, io_err, quarantine_key, scoped_key, seq_of,
+    statement_key,
 };
 use super::{Reply, Result, Shared, duration_ms};
 
@@ -234,6 +234,9 @@ struct Written {
 #[derive(Default)]
 struct Staged {
     group: Group,
+    /// The group's facts, by seq: put at the seal, as blocks ahead of the group's other
+    /// operations (`log::put_facts`).
+    facts: Vec<(u64, Vec<u8>)>,
     written: Written,
     accounts: HashMap<Account, BTreeMap<Currency, i128>>,
     answers: Vec<Pending>,
@@ -640,7 +643,7 @@ impl Committer {
     /// Stages a decided fact with its key record, balances and refunded total.
     fn stage_fact(&self, staged: &mut Staged, fact: &Fact, fingerprint: Fingerprint) {
         let (client, key, seq) = (&fact.client, &fact.key, fact.seq);
-        staged.group.put(fact_key(seq), fact.encode());
+        staged.facts.push((seq, fact.encode()));
         let record = KeyRecord {
             seq,
             at: fact.at,
@@ -833,6 +836,7 @@ impl Committer {
         }
         let Staged {
             mut group,
+            facts,
             written,
             accounts,
             answers,
@@ -848,6 +852,7 @@ impl Committer {
         self.last_group = answers.iter().filter(|a| a.is_command()).count();
         group.number = self.next_group;
         group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
+        super::log::put_facts(&mut group, facts);
         // Each account's balances as the group leaves them, once: values are absolute, so
         // one put per account holds what a put per movement would.
         for (account, per) in &accounts {
@@ -882,12 +887,13 @@ impl Committer {
         let horizon = now.saturating_sub_ms(duration_ms(self.shared.config.retention));
         let mut expired = 0usize;
         let mut cursor = stats.sweep_cursor;
-        let range = fact_key(cursor + 1)..=fact_key(stats.last_seq);
-        for item in self.shared.tree.range(range).take(10_000) {
-            let (k, v) = item.map_err(io_err)?;
-            let seq = seq_of(&k)
-                .ok_or_else(|| self.shared.corrupt(DecodeError::new("log key", "length")))?;
-            let fact = Fact::decode(seq, &v).map_err(|e| self.shared.corrupt(e))?;
+        let facts = super::log::Facts::new(&self.shared.tree, cursor + 1, stats.last_seq);
+        for item in facts.map_err(io_err)?.take(10_000) {
+            let entry = item
+                .map_err(io_err)?
+                .map_err(|d| self.shared.corrupt(d.error))?;
+            let seq = entry.seq;
+            let fact = entry.decode().map_err(|e| self.shared.corrupt(e))?;
             // Facts are recorded with non-decreasing time, so the first one inside the
             // retention ends the sweep.
             if fact.at > horizon {

@@ -1197,7 +1197,7 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v.to_le_bytes()[0] | 0x80);
         v >>= 7;
@@ -1244,7 +1244,7 @@ fn decode_ops(mut payload: &[u8]) -> std::result::Result<Vec<Op>, String> {
     Ok(ops)
 }
 
-fn take_varint(input: &mut &[u8]) -> std::result::Result<u64, String> {
+pub(super) fn take_varint(input: &mut &[u8]) -> std::result::Result<u64, String> {
     let mut v = 0u64;
     for (i, &b) in input.iter().enumerate().take(10) {
         let bits = u64::from(b & 0x7f);

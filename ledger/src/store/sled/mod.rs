@@ -62,6 +62,7 @@ mod committer;
 #[doc(hidden)]
 pub mod journal;
 mod keys;
+mod log;
 mod records;
 mod statements;
 mod verify;
@@ -71,8 +72,8 @@ use committer::{Committer, Lead, Queued, Request, Syncer};
 use journal::JournalOptions;
 use keys::{ACTIVITY_PER_SHARD, ANSWERS_PER_SHARD, Claim, Released, SHARDS, Shard};
 use records::{
-    GROUP_KEY, Held, KeyRecord, P_ACCOUNT, P_FACT, P_KEY, STATS_KEY, decode, decode_balance,
-    fact_key, io_err, scoped_key, seq_of,
+    GROUP_KEY, Held, KeyRecord, P_ACCOUNT, P_KEY, STATS_KEY, decode, decode_balance, io_err,
+    scoped_key,
 };
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
@@ -647,18 +648,12 @@ fn check_tail(tree: &sled::Tree, shown: &str) -> Result<(Option<Stats>, Option<F
         None => None,
         Some(v) => Some(decode("stats", &v).map_err(|e| corrupt(e.to_string()))?),
     };
-    let last = tree
-        .scan_prefix([P_FACT])
-        .next_back()
+    let last_fact = log::last(tree)
+        .map_err(|e| open_err(shown, e))?
+        .map_err(|d| corrupt(d.error.to_string()))?
+        .map(|e| e.decode())
         .transpose()
-        .map_err(|e| open_err(shown, e))?;
-    let last_fact = match &last {
-        None => None,
-        Some((k, v)) => {
-            let seq = seq_of(k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
-            Some(Fact::decode(seq, v).map_err(|e| corrupt(e.to_string()))?)
-        }
-    };
+        .map_err(|e| corrupt(e.to_string()))?;
     let tail = last_fact.as_ref().map_or(0, |f| f.seq);
     let last_seq = stats.as_ref().map_or(0, |s| s.last_seq);
     if tail != last_seq {
@@ -811,10 +806,9 @@ impl Shared {
     }
 
     fn fact(&self, seq: u64) -> Result<Option<Fact>> {
-        match self.tree.get(fact_key(seq)).map_err(io_err)? {
-            None => Ok(None),
-            Some(v) => Ok(Some(Fact::decode(seq, &v).map_err(|e| self.corrupt(e))?)),
-        }
+        log::fact(&self.tree, seq)
+            .map_err(io_err)?
+            .map_err(|d| self.corrupt(d.error))
     }
 
     /// The key's answer, rendered from its fact.

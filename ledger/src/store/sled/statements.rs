@@ -7,9 +7,7 @@ use crate::fact::{DecodeError, Fact};
 use crate::projection::statement_line;
 use crate::store::LedgerError;
 
-use super::records::{
-    P_FACT, STATEMENTS_READY_KEY, io_err, seq_of, split_statement, statement_key,
-};
+use super::records::{STATEMENTS_READY_KEY, io_err, split_statement, statement_key};
 use super::{Result, Shared, open_err};
 
 /// Entries written per `apply_batch` while a ledger made before statements is brought up
@@ -35,10 +33,12 @@ pub(super) fn complete(db: &sled::Db, tree: &sled::Tree, shown: &str) -> Result<
     let mut written = 0u64;
     let mut batch = sled::Batch::default();
     let mut in_batch = 0usize;
-    for item in tree.scan_prefix([P_FACT]) {
-        let (k, v) = item.map_err(|e| open_err(shown, e))?;
-        let seq = seq_of(&k).ok_or_else(|| corrupt("a log key of the wrong length".into()))?;
-        let fact = Fact::decode(seq, &v).map_err(|e| corrupt(e.to_string()))?;
+    for item in super::log::Facts::new(tree, 1, u64::MAX).map_err(|e| open_err(shown, e))? {
+        let entry = item
+            .map_err(|e| open_err(shown, e))?
+            .map_err(|d| corrupt(d.error.to_string()))?;
+        let seq = entry.seq;
+        let fact = entry.decode().map_err(|e| corrupt(e.to_string()))?;
         if let Some(line) = statement_line(&fact) {
             batch.insert(statement_key(line.account, seq), &[][..]);
             in_batch += 1;

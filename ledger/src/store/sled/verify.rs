@@ -13,9 +13,10 @@ use crate::store::verify::{
     Withdrawals, check_after_keyed, digest, held, key_digest,
 };
 
+use super::log::{Damage, Entry, Facts};
 use super::records::{
     KeyRecord, P_ACCOUNT, P_KEY, P_REFUNDED, P_STATEMENT, STATS_KEY, decode, decode_balance,
-    scoped_key, seq_of, split_scoped, split_statement,
+    scoped_key, split_scoped, split_statement,
 };
 
 /// At most this many facts are left for the held step (more only if commits outrun
@@ -289,6 +290,19 @@ struct Read {
 }
 
 impl Read {
+    /// One item of the log; `None`: a log key of the wrong length.
+    fn from_log(item: Result<Entry, Damage>, upto: u64) -> Option<Self> {
+        match item {
+            Ok(entry) => Some(Self::of(entry.seq, entry.bytes(), upto)),
+            Err(Damage { seq, error }) => seq.map(|seq| Self {
+                seq,
+                fact: Err(error.to_string()),
+                key: 0,
+                sig: None,
+            }),
+        }
+    }
+
     fn of(seq: u64, bytes: &[u8], upto: u64) -> Self {
         let fact = match Fact::decode(seq, bytes) {
             Ok(f) => f,
@@ -356,8 +370,7 @@ impl Online {
     }
 
     fn fact_at(&self, seq: u64) -> Option<Fact> {
-        let bytes = self.tree.get(super::records::fact_key(seq)).ok()??;
-        Fact::decode(seq, &bytes).ok()
+        super::log::fact(&self.tree, seq).ok()?.ok()?
     }
 
     /// Folds the facts up to `upto`, read and decoded on a second thread (see [`Read`]).
@@ -381,12 +394,9 @@ impl Online {
                     }
                     Err(_) => Vec::with_capacity(READ_BATCH),
                 };
-                let range = super::records::fact_key(1)..=super::records::fact_key(upto);
                 let mut batch = fresh();
-                for item in tree.range(range) {
-                    let (k, v) = item.map_err(io)?;
-                    // `None`: a log key of the wrong length.
-                    batch.push(seq_of(&k).map(|seq| Read::of(seq, &v, upto)));
+                for item in Facts::new(&tree, 1, upto).map_err(io)? {
+                    batch.push(Read::from_log(item.map_err(io)?, upto));
                     if batch.len() == READ_BATCH {
                         let full = std::mem::replace(&mut batch, fresh());
                         if tx.send(full).is_err() {
@@ -654,15 +664,16 @@ impl Online {
     /// none), checking each one's key record directly and setting aside the balances and
     /// refunded totals it moves.
     fn catch_up(&mut self, until: Option<u64>) -> Result<(), LedgerError> {
-        let start = super::records::fact_key(self.stats.last_seq + 1);
-        let end = super::records::fact_key(until.unwrap_or(u64::MAX));
-        for item in self.tree.range(start..=end) {
-            let (k, v) = item.map_err(io)?;
-            let Some(seq) = seq_of(&k) else {
+        let facts = Facts::new(
+            &self.tree,
+            self.stats.last_seq + 1,
+            until.unwrap_or(u64::MAX),
+        );
+        for item in facts.map_err(io)? {
+            let Some(read) = Read::from_log(item.map_err(io)?, self.upto) else {
                 self.r.add(GAPLESS, "a log key of the wrong length".into());
                 continue;
             };
-            let read = Read::of(seq, &v, self.upto);
             if !self.fold_read(&read) {
                 continue;
             }
