@@ -350,3 +350,50 @@ fn codings_the_worker_does_not_speak_are_refused_and_change_nothing() {
     assert_eq!(reply.status, 201, "{}", reply.text());
     assert_eq!(w.http().balance("alice"), 10);
 }
+
+/// An answer given before the request's body was read (here 401: no token) says
+/// `Connection: close`, and the connection ends after it: the unread body cannot be told
+/// from a next request, so a client that pooled the connection would send its next
+/// request into a closed socket. A request whose body was read keeps its connection.
+#[test]
+fn an_answer_before_the_body_is_read_closes_its_connection() {
+    let (_dir, db) = scratch();
+    let w = Worker::start(&db, &["--token", "shop=s3cret-shop"]);
+    // The head promises a body that has not been sent when the worker answers.
+    let s = connect(w.port);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s);
+    let head = format!(
+        "POST /v1/deposits HTTP/1.1\r\nHost: x\r\nIdempotency-Key: early\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        DEPOSIT.len()
+    );
+    r.get_mut().write_all(head.as_bytes()).unwrap();
+    let reply = read_reply(&mut r, false).unwrap();
+    assert_eq!(reply.status, 401, "{}", reply.text());
+    assert_eq!(reply.header("connection"), Some("close"));
+    let mut rest = Vec::new();
+    let read = r.read_to_end(&mut rest);
+    assert!(
+        matches!(read, Ok(0)),
+        "the connection stayed open: {read:?}"
+    );
+
+    // With the token the body is read, and the connection serves the next request.
+    let auth: (&str, &[u8]) = ("Authorization", b"Bearer s3cret-shop");
+    let s = connect(w.port);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s);
+    for key in ["kept-1", "kept-2"] {
+        let bytes = request(
+            "POST",
+            "/v1/deposits",
+            &[("Idempotency-Key", key.as_bytes()), auth],
+            DEPOSIT,
+        );
+        r.get_mut().write_all(&bytes).unwrap();
+        let reply = read_reply(&mut r, false).unwrap();
+        assert_eq!(reply.status, 201, "{key}: {}", reply.text());
+        assert_eq!(reply.header("connection"), None, "{key}");
+    }
+}

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use bytes::Bytes;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
@@ -346,16 +346,29 @@ async fn run(conn: Arc<Conn>, stream: TcpStream, router: Router, limits: Limits)
             // Until the response body is dropped (sent, or the connection gone), the
             // connection is busy; then it is idle, waiting for the next request.
             let guard = BusyGuard(conn.clone());
+            let read_whole = Arc::new(AtomicBool::new(req.body().is_end_stream()));
             let req = req.map(|body| {
                 Body::new(TimedBody {
                     inner: body,
                     conn: conn.clone(),
                     timeout: limits.body_timeout,
                     deadline: None,
+                    read_whole: read_whole.clone(),
                 })
             });
             let response = tower::ServiceExt::oneshot(router, req).await;
-            let Ok(response) = response;
+            let Ok(mut response) = response;
+            // An answer given before the body was read to its end (no token, an unknown
+            // route, a refused coding) leaves bytes on the socket that cannot be told
+            // from a next request, so hyper closes the connection after it unless the
+            // rest is already buffered. Saying so in the answer keeps a client from
+            // pooling the connection and sending its next request into a closed socket.
+            if !read_whole.load(Ordering::Acquire) {
+                response.headers_mut().insert(
+                    axum::http::header::CONNECTION,
+                    axum::http::HeaderValue::from_static("close"),
+                );
+            }
             Ok::<_, Infallible>(response.map(|body| {
                 Body::new(Guarded {
                     inner: body,
@@ -503,6 +516,8 @@ struct TimedBody {
     conn: Arc<Conn>,
     timeout: Duration,
     deadline: Option<Pin<Box<Sleep>>>,
+    /// Set once the body has been read to its end.
+    read_whole: Arc<AtomicBool>,
 }
 
 impl http_body::Body for TimedBody {
@@ -520,10 +535,16 @@ impl http_body::Body for TimedBody {
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(None) => {
+                this.read_whole.store(true, Ordering::Release);
                 this.conn.enter(Phase::Busy);
                 Poll::Ready(None)
             }
-            Poll::Ready(Some(frame)) => Poll::Ready(Some(frame.map_err(Into::into))),
+            Poll::Ready(Some(frame)) => {
+                if this.inner.is_end_stream() {
+                    this.read_whole.store(true, Ordering::Release);
+                }
+                Poll::Ready(Some(frame.map_err(Into::into)))
+            }
             Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
                 Some(Poll::Ready(())) => {
                     // The handler answers 408 and the connection closes after it.
