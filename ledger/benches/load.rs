@@ -593,7 +593,7 @@ fn large_ledger(quick: bool) {
     drop(l);
 
     // The floor under that: sled's own iteration over the same facts, key records and
-    // statement entries, reading nothing but the bytes, on one thread and on two (as
+    // statement records, reading nothing but the bytes, on one thread and on two (as
     // verify splits them: the facts on one, the key records then the entries on the other).
     let db = sled::Config::new()
         .path(&path)
@@ -610,8 +610,9 @@ fn large_ledger(quick: bool) {
         })
     };
     let t = Instant::now();
-    // A fact record holds one fact or a group's block of them; every fact has a key record.
-    let (records_n, keys_n, entries_n) = (scan(b'f'), scan(b'k'), scan(b'h'));
+    // A fact record holds one fact or a group's block of them; every fact has a key record;
+    // a statement record holds a run of an account's movements.
+    let (records_n, keys_n, runs_n) = (scan(b'f'), scan(b'k'), scan(b'h'));
     let one = t.elapsed().as_secs_f64();
     let t = Instant::now();
     std::thread::scope(|s| {
@@ -622,7 +623,7 @@ fn large_ledger(quick: bool) {
     let two = t.elapsed().as_secs_f64();
     println!(
         "bare sled scan of {keys_n} facts in {records_n} records, {keys_n} key records and \
-         {entries_n} statement entries: {one:.2} s on one thread ({:.0} facts/s), {two:.2} s \
+         {runs_n} statement records: {one:.2} s on one thread ({:.0} facts/s), {two:.2} s \
          on two ({:.0} facts/s)",
         keys_n as f64 / one,
         keys_n as f64 / two,

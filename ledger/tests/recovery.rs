@@ -218,6 +218,48 @@ fn statement_key(account: &str, seq: u64) -> Vec<u8> {
     k
 }
 
+/// Every statement entry in the tree, as (account, seq): a record's key holds its run's
+/// first seq, its value (if any) a tag byte and the increases to the next ones as varints.
+fn statement_entries(t: &sled::Tree) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for item in t.scan_prefix([b'h']) {
+        let (k, v) = item.unwrap();
+        let nul = k.iter().position(|b| *b == 0).unwrap();
+        let account = String::from_utf8(k[1..nul].to_vec()).unwrap();
+        let mut seq = u64::from_be_bytes(k[nul + 1..].try_into().unwrap());
+        out.push((account.clone(), seq));
+        if let Some((&1, mut rest)) = v.split_first() {
+            while !rest.is_empty() {
+                let (mut step, mut shift) = (0u64, 0);
+                loop {
+                    let b = rest[0];
+                    rest = &rest[1..];
+                    step |= u64::from(b & 0x7f) << shift;
+                    shift += 7;
+                    if b & 0x80 == 0 {
+                        break;
+                    }
+                }
+                seq += step;
+                out.push((account.clone(), seq));
+            }
+        }
+    }
+    out
+}
+
+/// Rewrites the statement runs as one record per entry, as a ledger that got its entries
+/// at its first open has them: a layout every reader takes.
+fn explode(t: &sled::Tree) {
+    let entries = statement_entries(t);
+    for item in t.scan_prefix([b'h']) {
+        t.remove(item.unwrap().0).unwrap();
+    }
+    for (account, seq) in entries {
+        t.insert(statement_key(&account, seq), &[][..]).unwrap();
+    }
+}
+
 fn statement_seqs(l: &SledStore, account: &str) -> Vec<u64> {
     let account = Account::parse(account).unwrap();
     let facts = l.blocking().statement(&account, 0, 1000).unwrap();
@@ -239,12 +281,10 @@ fn a_ledger_made_before_statements_gets_them_at_its_first_open() {
     }
     // What such a ledger looks like: none of the statement records.
     tamper(&path, |t| {
-        let mut removed = 0;
+        assert_eq!(statement_entries(t).len(), 5);
         for item in t.scan_prefix([b'h']) {
             t.remove(item.unwrap().0).unwrap();
-            removed += 1;
         }
-        assert_eq!(removed, 5);
         assert!(t.remove(b"v.statements").unwrap().is_some());
     });
     let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
@@ -265,34 +305,63 @@ fn verify_reports_a_tampered_statement() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l");
     fill(&path, 4);
+    // The movements of one submitter's commands share one run.
+    tamper(&path, |t| {
+        assert_eq!(t.scan_prefix([b'h']).count(), 1);
+        assert_eq!(
+            statement_entries(t),
+            (1..=5)
+                .map(|s| ("alice".to_string(), s))
+                .collect::<Vec<_>>()
+        );
+    });
     type Damage = fn(&sled::Tree);
-    let cases: [(&str, Damage); 3] = [
+    // What verify names, and how many violations it finds.
+    let cases: [(&str, usize, Damage); 5] = [
         (
             "up to seq 5: 4 statement entries, the log has 5 movements",
+            1,
             |t| {
                 t.remove(statement_key("alice", 3)).unwrap();
             },
         ),
         (
             "up to seq 5: 6 statement entries, the log has 5 movements",
+            1,
             |t| {
                 t.insert(statement_key("alice", 0), &[][..]).unwrap();
             },
         ),
-        ("names another account or seq than its movement", |t| {
+        ("names another account or seq than its movement", 1, |t| {
             t.remove(statement_key("alice", 3)).unwrap();
             t.insert(statement_key("bob", 3), &[][..]).unwrap();
         }),
+        // Runs: one that skips a movement and takes a seq past it, one unreadable.
+        ("names another account or seq than its movement", 1, |t| {
+            t.remove(statement_key("alice", 1)).unwrap();
+            t.remove(statement_key("alice", 2)).unwrap();
+            t.remove(statement_key("alice", 3)).unwrap();
+            t.insert(statement_key("alice", 1), &[1, 1, 2][..]).unwrap();
+        }),
+        // The entries of an unreadable run are missing too.
+        ("a statement record with an unreadable key or run", 2, |t| {
+            t.remove(statement_key("alice", 1)).unwrap();
+            t.remove(statement_key("alice", 2)).unwrap();
+            t.insert(statement_key("alice", 1), &[1, 0][..]).unwrap();
+        }),
     ];
-    for (expect, damage) in cases {
+    for (expect, violations, damage) in cases {
         let copy = tempfile::tempdir().unwrap();
         let at = copy.path().join("l");
         copy_dir(&path, &at);
-        tamper(&at, damage);
+        tamper(&at, |t| {
+            explode(t);
+            damage(t);
+        });
         let (l, _) = SledStore::open(SledConfig::new(&at)).unwrap();
         let report = l.blocking().verify().unwrap();
         let text = report.to_string();
-        assert_eq!(report.violations.len(), 1, "{text}");
+        assert_eq!(report.violations.len(), violations, "{text}");
         assert!(
             text.contains("[each account's statement holds exactly its movements]"),
             "{text}"

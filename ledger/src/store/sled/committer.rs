@@ -20,8 +20,8 @@ use super::journal::{Group, Journal};
 use super::records::{
     GROUP_KEY, InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY,
     STATS_KEY, account_key, decode, encode, inbox_key, io_err, quarantine_key, scoped_key, seq_of,
-    statement_key,
 };
+use super::statements::Tail;
 use super::{Reply, Result, Shared, duration_ms};
 
 pub(super) enum Request {
@@ -219,7 +219,16 @@ pub(super) struct Committer {
     /// syncs per command and a longer wait for them than the decider's groups, which take
     /// everything that arrived during the sync in flight.
     last_group: usize,
+    /// The last statement run of recently moved accounts, extended by their next
+    /// movements. Forgotten wholesale past [`TAILS_MAX`] accounts: an account not here
+    /// starts a new run, which costs a record, not correctness.
+    tails: HashMap<Account, Tail>,
+    /// The heap bytes of the runs' values in `tails`.
+    tails_heap: u64,
 }
+
+/// The most accounts whose last statement run the committer keeps.
+pub(super) const TAILS_MAX: usize = 16_384;
 
 /// What a group writes that deciding reads back: done keys with their facts, refunded
 /// totals, inbox records. (Balances and stats are in the working state already.)
@@ -239,6 +248,10 @@ struct Staged {
     facts: Vec<(u64, Vec<u8>)>,
     written: Written,
     accounts: HashMap<Account, BTreeMap<Currency, i128>>,
+    /// The statement runs the group extends or starts, as the group leaves them, and the
+    /// records of those it filled: each is put once, at the seal.
+    tails: HashMap<Account, Tail>,
+    filled: Vec<(Vec<u8>, Vec<u8>)>,
     answers: Vec<Pending>,
 }
 
@@ -276,6 +289,8 @@ impl Committer {
             stats,
             unapplied: VecDeque::new(),
             last_group: 0,
+            tails: HashMap::new(),
+            tails_heap: 0,
         }
     }
 
@@ -654,9 +669,30 @@ impl Committer {
             .group
             .put(scoped_key(P_KEY, client, key.as_str()), record.encode());
         if let Some(line) = crate::projection::statement_line(fact) {
-            staged
-                .group
-                .put(statement_key(line.account, seq), Vec::new());
+            let account = line.account;
+            match staged.tails.get_mut(account) {
+                Some(tail) => {
+                    if !tail.push(seq) {
+                        let full = std::mem::replace(tail, Tail::start(seq));
+                        staged.filled.push(full.record(account));
+                    }
+                }
+                None => {
+                    // The account's run as the working state has it, copied on its first
+                    // movement in this group.
+                    let tail = match self.tails.get(account) {
+                        Some(tail) => {
+                            let mut tail = tail.clone();
+                            if !tail.push(seq) {
+                                tail = Tail::start(seq);
+                            }
+                            tail
+                        }
+                        None => Tail::start(seq),
+                    };
+                    staged.tails.insert(account.clone(), tail);
+                }
+            }
         }
         for (account, currency, delta) in crate::projection::legs(fact) {
             // Copy the account's balances from the working state only on its first touch
@@ -839,6 +875,8 @@ impl Committer {
             facts,
             written,
             accounts,
+            tails,
+            filled,
             answers,
         } = staged;
         if let Some(reason) = self.shared.failed.lock().clone() {
@@ -863,8 +901,28 @@ impl Committer {
                 );
             }
         }
+        // Each statement run as the group leaves it, once, and those it filled.
+        for (key, value) in filled {
+            group.put(key, value);
+        }
+        for (account, tail) in &tails {
+            let (key, value) = tail.record(account);
+            group.put(key, value);
+        }
         group.put(STATS_KEY, encode(&*stats));
         self.next_group += 1;
+        if self.tails.len() + tails.len() > TAILS_MAX {
+            self.tails.clear();
+            self.tails_heap = 0;
+        }
+        for (account, tail) in tails {
+            let heap = tail.heap() as u64;
+            match self.tails.insert(account, tail) {
+                Some(old) => self.tails_heap = self.tails_heap - old.heap() as u64 + heap,
+                None => self.tails_heap += heap,
+            }
+        }
+        self.shared.note_tails(self.tails.len(), self.tails_heap);
         for (account, per) in &accounts {
             self.balances.accounts.insert(account.clone(), per.clone());
         }

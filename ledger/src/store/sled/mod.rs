@@ -183,6 +183,10 @@ struct Shared {
     replayed: AtomicU64,
     conflicts_in_flight: AtomicU64,
     conflicts_reused: AtomicU64,
+    /// The committer's statement runs (`committer::TAILS_MAX`): how many, and their
+    /// estimated bytes, for the memory metrics.
+    tails: AtomicU64,
+    tails_bytes: AtomicU64,
     /// Set on the first storage failure: from then on nothing is written until reopened,
     /// because the journal may hold a group whose sync failed, or sled may lack one the
     /// journal holds.
@@ -321,6 +325,8 @@ impl SledStore {
             replayed: AtomicU64::new(observed.replayed),
             conflicts_in_flight: AtomicU64::new(observed.conflicts_in_flight),
             conflicts_reused: AtomicU64::new(observed.conflicts_reused),
+            tails: AtomicU64::new(0),
+            tails_bytes: AtomicU64::new(0),
             state: RwLock::new(State { balances, stats }),
             failed: Mutex::new(None),
             metrics: Mutex::new(CommitMetrics::default()),
@@ -790,6 +796,13 @@ fn open_err_l(path: &str, e: LedgerError) -> LedgerError {
 }
 
 impl Shared {
+    /// The committer's statement runs, for [`Store::memory`]: how many, and the heap
+    /// bytes of their values (their names are estimated at [`memory::NAME_BYTES`]).
+    fn note_tails(&self, entries: usize, heap: u64) {
+        self.tails.store(entries as u64, Ordering::Relaxed);
+        self.tails_bytes.store(heap, Ordering::Relaxed);
+    }
+
     fn corrupt(&self, e: DecodeError) -> LedgerError {
         LedgerError::Corrupt {
             path: self.path.display().to_string(),
@@ -993,7 +1006,22 @@ impl Store for SledStore {
             bound_bytes: None,
         };
         let balances = balances_use(&self.shared.state.read().balances);
-        vec![claims, answers, activity, balances, page_cache]
+        // A run: its account (name on the heap) and its value, of at most `RUN_BYTES`.
+        let tail_slot = std::mem::size_of::<(Account, statements::Tail)>();
+        let tails_max = committer::TAILS_MAX as u64;
+        let tails_n = self.shared.tails.load(Ordering::Relaxed);
+        let mut tails = use_of(
+            "statement_tails",
+            Limit::Entries(tails_max),
+            Some(
+                memory::at_limit(tails_max, tail_slot, 1)
+                    + tails_max * memory::heap_str(statements::RUN_BYTES),
+            ),
+        );
+        tails.entries = tails_n;
+        tails.bytes = tails_n * (memory::slot(tail_slot) + memory::heap_str(memory::NAME_BYTES))
+            + self.shared.tails_bytes.load(Ordering::Relaxed);
+        vec![claims, answers, activity, balances, tails, page_cache]
     }
     async fn size_on_disk(&self) -> Result<u64> {
         self.blocking().size_on_disk()

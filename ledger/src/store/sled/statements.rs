@@ -1,14 +1,105 @@
-//! Account statements on sled: one entry per movement under its user account
-//! (`records::statement_key`), written by the committer in the batch of the fact, so an
+//! Account statements on sled: runs of an account's movements under its user account
+//! (`records::statement_key`), written by the committer in the group of their facts, so an
 //! account's movements are read in order without reading the rest of the log.
+//!
+//! A record's key holds the first seq of its run, its value the others as the increases
+//! from one to the next: an empty value is a run of one. The committer extends an
+//! account's last run while it is short (see [`Tail`]) and starts a new one otherwise, so
+//! an account with many movements costs sled one record per [`RUN_SEQS`] of them, not one
+//! each: sled splits its leaves at 17 records, and every record is read back one by one
+//! by each verify. The runs of an account never overlap: a run is extended only with a
+//! seq above its last, and a new one starts above every earlier one.
 
 use crate::domain::Account;
 use crate::fact::{DecodeError, Fact};
 use crate::projection::statement_line;
 use crate::store::LedgerError;
 
-use super::records::{STATEMENTS_READY_KEY, io_err, split_statement, statement_key};
+use super::journal::{put_varint, take_varint};
+use super::records::{
+    STATEMENTS_READY_KEY, io_err, split_statement, statement_key, statement_prefix,
+};
 use super::{Result, Shared, open_err};
+
+/// The most movements one record holds. A run is rewritten whole at each movement it
+/// takes (once per group, at most), so a longer run costs sled more bytes per write.
+pub(super) const RUN_SEQS: usize = 32;
+/// The most bytes a run's value takes: 96 holds 32 increases of up to 2^14.
+pub(super) const RUN_BYTES: usize = 96;
+/// The first byte of a run of more than one seq; an empty value is a run of one.
+const RUN_TAG: u8 = 1;
+
+/// The seqs of a statement record whose key holds `first`, in order.
+pub(super) fn run_seqs(first: u64, value: &[u8]) -> std::result::Result<Vec<u64>, String> {
+    let mut seqs = vec![first];
+    let Some((&tag, mut rest)) = value.split_first() else {
+        return Ok(seqs);
+    };
+    if tag != RUN_TAG {
+        return Err(format!("a statement record of unknown kind {tag}"));
+    }
+    if rest.is_empty() {
+        return Err("a statement run with no increase".into());
+    }
+    let mut last = first;
+    while !rest.is_empty() {
+        let step = take_varint(&mut rest)?;
+        if step == 0 {
+            return Err("a statement run that does not increase".into());
+        }
+        last = last
+            .checked_add(step)
+            .ok_or_else(|| "a statement run past the last seq".to_string())?;
+        seqs.push(last);
+    }
+    Ok(seqs)
+}
+
+/// An account's last statement run, as the committer extends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Tail {
+    first: u64,
+    last: u64,
+    len: usize,
+    value: Vec<u8>,
+}
+
+impl Tail {
+    /// A new run holding `seq` alone.
+    pub(super) fn start(seq: u64) -> Self {
+        Self {
+            first: seq,
+            last: seq,
+            len: 1,
+            value: Vec::new(),
+        }
+    }
+
+    /// Adds `seq` to the run; false if the run is full (or `seq` is not above its last),
+    /// and the caller starts a new one.
+    pub(super) fn push(&mut self, seq: u64) -> bool {
+        if self.len >= RUN_SEQS || self.value.len() + 10 > RUN_BYTES || seq <= self.last {
+            return false;
+        }
+        if self.value.is_empty() {
+            self.value.push(RUN_TAG);
+        }
+        put_varint(&mut self.value, seq - self.last);
+        self.last = seq;
+        self.len += 1;
+        true
+    }
+
+    /// The run's record: its key under `account`, and its value.
+    pub(super) fn record(&self, account: &Account) -> (Vec<u8>, Vec<u8>) {
+        (statement_key(account, self.first), self.value.clone())
+    }
+
+    /// Heap bytes the run's value takes.
+    pub(super) fn heap(&self) -> usize {
+        self.value.capacity()
+    }
+}
 
 /// Entries written per `apply_batch` while a ledger made before statements is brought up
 /// to date, so that memory stays small whatever the log's length.
@@ -40,6 +131,7 @@ pub(super) fn complete(db: &sled::Db, tree: &sled::Tree, shown: &str) -> Result<
         let seq = entry.seq;
         let fact = entry.decode().map_err(|e| corrupt(e.to_string()))?;
         if let Some(line) = statement_line(&fact) {
+            // A run of one each: this runs once per ledger, and reads as any run does.
             batch.insert(statement_key(line.account, seq), &[][..]);
             in_batch += 1;
             written += 1;
@@ -71,27 +163,38 @@ pub(super) fn read(
     if after >= durable {
         return Ok(Vec::new());
     }
-    let start = statement_key(account, after.saturating_add(1));
+    let corrupt = |detail: String| shared.corrupt(DecodeError::new("statement entry", detail));
+    // The run that holds `after + 1` may start below it: it is the account's last run
+    // starting at or below that seq (runs never overlap), then come the runs after it.
+    let prefix = statement_prefix(account);
+    let first = statement_key(account, after.saturating_add(1));
+    let start = match shared.tree.range(prefix..=first.clone()).next_back() {
+        Some(item) => item.map_err(io_err)?.0.to_vec(),
+        None => first,
+    };
     let end = statement_key(account, durable);
     let mut out = Vec::new();
-    for item in shared.tree.range(start..=end).take(limit) {
-        let (k, _) = item.map_err(io_err)?;
-        let seq = split_statement(&k)
+    for item in shared.tree.range(start..=end) {
+        let (k, v) = item.map_err(io_err)?;
+        let first = split_statement(&k)
             .map(|(_, seq)| seq)
-            .ok_or_else(|| shared.corrupt(DecodeError::new("statement entry", "length")))?;
-        let fact = shared.fact(seq)?.ok_or_else(|| {
-            shared.corrupt(DecodeError::new(
-                "statement entry",
-                format!("{account}'s entry at seq {seq} has no fact"),
-            ))
-        })?;
-        if statement_line(&fact).is_none_or(|line| line.account != account) {
-            return Err(shared.corrupt(DecodeError::new(
-                "statement entry",
-                format!("{account}'s entry at seq {seq} is not a movement of the account"),
-            )));
+            .ok_or_else(|| corrupt("length".into()))?;
+        let seqs =
+            run_seqs(first, &v).map_err(|e| corrupt(format!("{account}'s run at {first}: {e}")))?;
+        for seq in seqs.into_iter().filter(|s| *s > after && *s <= durable) {
+            if out.len() == limit {
+                return Ok(out);
+            }
+            let fact = shared
+                .fact(seq)?
+                .ok_or_else(|| corrupt(format!("{account}'s entry at seq {seq} has no fact")))?;
+            if statement_line(&fact).is_none_or(|line| line.account != account) {
+                return Err(corrupt(format!(
+                    "{account}'s entry at seq {seq} is not a movement of the account"
+                )));
+            }
+            out.push(fact);
         }
-        out.push(fact);
     }
     Ok(out)
 }
@@ -112,5 +215,42 @@ mod tests {
         assert!(range.contains(&statement_key(&alice, 5)));
         let k = statement_key(&alice, 258);
         assert_eq!(split_statement(&k), Some((&b"alice"[..], 258)));
+    }
+
+    /// A run reads back the seqs pushed into it, and closes at its length or its bytes.
+    #[test]
+    fn a_run_holds_what_was_pushed_until_it_is_full() {
+        let mut tail = Tail::start(7);
+        assert_eq!(run_seqs(7, &tail.value).unwrap(), vec![7]);
+        let mut pushed = vec![7];
+        let mut seq = 7;
+        while tail.push(seq + 3) {
+            seq += 3;
+            pushed.push(seq);
+        }
+        assert_eq!(pushed.len(), RUN_SEQS);
+        assert_eq!(run_seqs(7, &tail.value).unwrap(), pushed);
+        // Large steps fill the bytes first; a seq not above the last is refused.
+        let mut tail = Tail::start(1);
+        let mut n = 1;
+        while tail.push(1 + n * (1 << 40)) {
+            n += 1;
+        }
+        assert!(tail.value.len() <= RUN_BYTES && n < RUN_SEQS as u64);
+        assert!(!Tail::start(5).push(5));
+    }
+
+    /// A damaged run is an error, never other seqs.
+    #[test]
+    fn a_damaged_run_is_refused() {
+        assert!(run_seqs(1, &[2, 1]).is_err());
+        assert!(run_seqs(1, &[RUN_TAG]).is_err());
+        assert!(run_seqs(1, &[RUN_TAG, 0]).is_err());
+        assert!(run_seqs(1, &[RUN_TAG, 0x80]).is_err());
+        assert!(run_seqs(u64::MAX, &[RUN_TAG, 1]).is_err());
+        assert_eq!(
+            run_seqs(1, &[RUN_TAG, 1, 0x81, 0x01]).unwrap(),
+            vec![1, 2, 131]
+        );
     }
 }

@@ -169,7 +169,8 @@ struct ScannedKey {
 }
 
 /// What the scans of the indexes give, read on the same thread: the key records, and the
-/// statement entries up to `upto` as a count and the sum of their digests.
+/// statement entries (the seqs of the statement runs) up to `upto` as a count and the sum
+/// of their digests.
 #[derive(Default)]
 struct IndexScan {
     keys: Vec<ScannedKey>,
@@ -227,16 +228,25 @@ fn read_index(tree: &sled::Tree, upto: u64) -> Result<IndexScan, LedgerError> {
         });
     }
     for item in tree.scan_prefix([P_STATEMENT]) {
-        let (k, _) = item.map_err(io)?;
-        match split_statement(&k) {
-            Some((account, seq)) if seq <= upto => {
-                scan.statement_entries += 1;
-                scan.statement_digest = scan
-                    .statement_digest
-                    .wrapping_add(statement_digest(account, seq));
+        let (k, v) = item.map_err(io)?;
+        let Some((account, first)) = split_statement(&k) else {
+            scan.unreadable_statements += 1;
+            continue;
+        };
+        if first > upto {
+            continue;
+        }
+        // A run may have grown past `upto` during the scan; its seqs up to it never change.
+        match super::statements::run_seqs(first, &v) {
+            Ok(seqs) => {
+                for seq in seqs.into_iter().take_while(|s| *s <= upto) {
+                    scan.statement_entries += 1;
+                    scan.statement_digest = scan
+                        .statement_digest
+                        .wrapping_add(statement_digest(account, seq));
+                }
             }
-            Some(_) => {}
-            None => scan.unreadable_statements += 1,
+            Err(_) => scan.unreadable_statements += 1,
         }
     }
     Ok(scan)
@@ -618,7 +628,7 @@ impl Online {
         for _ in 0..scan.unreadable_statements {
             self.r.add(
                 STATEMENTS,
-                "a statement entry with an unreadable key".into(),
+                "a statement record with an unreadable key or run".into(),
             );
         }
         if scan.statement_entries != self.statement_entries {
