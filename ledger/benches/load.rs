@@ -530,14 +530,16 @@ fn large_ledger(quick: bool) {
 
     // Verify while commits go on: its speed, and how long a commit waits meanwhile,
     // beside the same prober with no verify running, in the same run.
-    let (l, _) = SledStore::open(SledConfig::new(&path)).unwrap();
+    let (l, opened) = SledStore::open(SledConfig::new(&path)).unwrap();
     let account = accounts[0].clone();
+    // New keys in every run, also on a ledger kept from an earlier run.
+    let run = opened.facts;
     let probe = move |l: &SledStore, tag: &str, until: &dyn Fn() -> bool| {
         let client = ClientId::default_client();
         let mut worst = Duration::ZERO;
         let mut count = 0u64;
         while !until() {
-            let key = Key::parse(&format!("probe-{tag}-{count}")).unwrap();
+            let key = Key::parse(&format!("probe-{run}-{tag}-{count}")).unwrap();
             let t = Instant::now();
             l.blocking()
                 .submit(&client, &key, withdraw(&account))
