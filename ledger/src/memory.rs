@@ -112,16 +112,24 @@ pub(crate) fn use_of(structure: &'static str, limit: Limit, bound_bytes: Option<
 /// The balances every store keeps in memory: one entry per (account, currency), in
 /// B-trees whose nodes hold eleven entries and are about two thirds full.
 pub(crate) fn balances_use(balances: &Balances) -> MemoryUse {
+    balances_use_of("balances", &balances.accounts)
+}
+
+/// The memory of a map of balances by account, named `structure`.
+pub(crate) fn balances_use_of<'a>(
+    structure: &'static str,
+    accounts: impl IntoIterator<Item = (&'a Account, &'a BTreeMap<Currency, i128>)>,
+) -> MemoryUse {
     let mut entries = 0;
     let mut bytes = 0;
-    for (account, by_currency) in &balances.accounts {
+    for (account, by_currency) in accounts {
         entries += by_currency.len() as u64;
         bytes += (std::mem::size_of::<(Account, BTreeMap<Currency, i128>)>() as u64) * 3 / 2
             + heap_str(account.as_str().len())
             + (std::mem::size_of::<(Currency, i128)>() as u64) * 3 / 2 * by_currency.len() as u64;
     }
     MemoryUse {
-        structure: "balances",
+        structure,
         entries,
         limit: Limit::Accounts,
         bytes,

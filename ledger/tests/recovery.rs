@@ -507,3 +507,58 @@ fn a_folder_in_use_is_refused_at_once_and_stays_usable() {
     assert_eq!(report.facts, 2);
     drop(again);
 }
+
+/// Balances and stats reach sled's tree at checkpoints and before a verify's step, not
+/// with every group: after commits they are held aside (and counted in memory), a verify
+/// has sled take them first and passes, and a shutdown leaves them in sled's tree.
+#[test]
+fn balances_and_stats_reach_sled_at_checkpoints_and_before_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l");
+    let config = SledConfig {
+        checkpoint_interval: std::time::Duration::from_secs(3600),
+        checkpoint_bytes: u64::MAX,
+        ..SledConfig::new(&path)
+    };
+    let held_aside = |l: &SledStore| {
+        l.memory()
+            .iter()
+            .find(|u| u.structure == "deferred_balances")
+            .unwrap()
+            .entries
+    };
+    let (l, _) = SledStore::open(config).unwrap();
+    submit(&l, "d", true, 100);
+    submit(&l, "w", false, 30);
+    // alice's, @world's and @payouts' RUB.
+    assert_eq!(held_aside(&l), 3);
+    let report = l.blocking().verify().unwrap();
+    assert!(report.ok(), "{report}");
+    assert_eq!(held_aside(&l), 0);
+    submit(&l, "w2", false, 5);
+    // A withdrawal moves alice and @payouts.
+    assert_eq!(held_aside(&l), 2);
+    l.blocking().shutdown();
+    drop(l);
+    wait_until_released(&path);
+    tamper(&path, |t| {
+        let balance = t.get(b"aalice\0RUB").unwrap().unwrap();
+        assert_eq!(
+            i128::from_be_bytes(balance.as_ref().try_into().unwrap()),
+            65
+        );
+        let payouts = t.get(b"a@payouts\0RUB").unwrap().unwrap();
+        assert_eq!(
+            i128::from_be_bytes(payouts.as_ref().try_into().unwrap()),
+            35
+        );
+    });
+    let (l, report) = SledStore::open(SledConfig::new(&path)).unwrap();
+    assert_eq!(report.replayed_groups, 0);
+    let alice = l
+        .blocking()
+        .account(&Account::parse("alice").unwrap())
+        .unwrap();
+    assert_eq!(alice[&Currency::parse("RUB").unwrap()], 65);
+    assert_eq!(l.blocking().stats().last_seq, 3);
+}

@@ -16,10 +16,11 @@ use crate::projection::{Balances, Stats};
 use crate::store::verify::VerifyReport;
 use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, message_fingerprint};
 
-use super::journal::{Group, Journal};
+use super::journal::{Group, Journal, Op};
 use super::records::{
-    GROUP_KEY, InboxRecord, KeyRecord, P_KEY, P_QUARANTINE, P_REFUNDED, STATEMENTS_READY_KEY,
-    STATS_KEY, account_key, decode, encode, inbox_key, io_err, quarantine_key, scoped_key, seq_of,
+    GROUP_KEY, InboxRecord, KeyRecord, P_ACCOUNT, P_KEY, P_QUARANTINE, P_REFUNDED,
+    STATEMENTS_READY_KEY, STATS_KEY, account_key, decode, encode, inbox_key, io_err,
+    quarantine_key, scoped_key, seq_of,
 };
 use super::statements::Tail;
 use super::{Reply, Result, Shared, duration_ms};
@@ -198,6 +199,76 @@ struct Sealed {
     answers: Vec<Pending>,
     accounts: HashMap<Account, BTreeMap<Currency, i128>>,
     stats: Stats,
+}
+
+/// The balances and stats that groups applied since sled last took them left, kept out of
+/// sled's tree until a checkpoint (or a verify's step) needs them there. Every group's
+/// journal record carries them as absolute values, so recovery replays them with the
+/// rest; readers take balances and stats from the published state, never from sled. Each
+/// group touches its accounts' balance records and the stats record: left to the
+/// checkpoint, those are one insert per account every few seconds instead of a third of
+/// sled's inserts on the commit path.
+#[derive(Default)]
+pub(super) struct Deferred {
+    balances: HashMap<Account, BTreeMap<Currency, i128>>,
+    stats: Option<Stats>,
+}
+
+impl Deferred {
+    pub(super) fn memory(&self) -> crate::memory::MemoryUse {
+        crate::memory::balances_use_of("deferred_balances", &self.balances)
+    }
+}
+
+/// A record the commit path leaves to [`Deferred`]: a balance, or the stats.
+fn deferred_key(key: &[u8]) -> bool {
+    key.first() == Some(&P_ACCOUNT) || key == STATS_KEY
+}
+
+/// A group's operations but the deferred ones, into sled's memory (see [`Group::apply`]).
+fn apply_live(group: &Group, tree: &sled::Tree) -> sled::Result<()> {
+    for op in &group.ops {
+        match op {
+            Op::Put { key, .. } if deferred_key(key) => {}
+            Op::Put { key, value } => {
+                tree.insert(key.as_slice(), value.as_slice())?;
+            }
+            Op::Remove { key } => {
+                tree.remove(key.as_slice())?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Shared {
+    /// Notes what an applied group left of the deferred records.
+    fn defer(&self, accounts: &HashMap<Account, BTreeMap<Currency, i128>>, stats: &Stats) {
+        let mut d = self.deferred.lock();
+        for (account, per) in accounts {
+            d.balances.insert(account.clone(), per.clone());
+        }
+        d.stats = Some(stats.clone());
+    }
+
+    /// Puts the deferred records into sled's memory: before a checkpoint flushes sled for
+    /// the last applied group, and before a verify's step reads them.
+    pub(super) fn write_deferred(&self) -> Result<()> {
+        let mut d = self.deferred.lock();
+        for (account, per) in std::mem::take(&mut d.balances) {
+            for (currency, balance) in per {
+                self.tree
+                    .insert(account_key(&account, currency), &balance.to_be_bytes()[..])
+                    .map_err(io_err)?;
+            }
+        }
+        if let Some(stats) = d.stats.take() {
+            self.tree
+                .insert(STATS_KEY, encode(&stats))
+                .map_err(io_err)?;
+        }
+        Ok(())
+    }
 }
 
 pub(super) struct Committer {
@@ -461,7 +532,12 @@ impl Committer {
                 // running: one consistent state.
                 self.seal(std::mem::take(staged), stats, to_syncer);
                 self.drain(to_syncer);
-                reply(step());
+                // The step compares sled's balances and stats with the log: sled takes
+                // the deferred ones first.
+                match self.shared.write_deferred() {
+                    Ok(()) => reply(step()),
+                    Err(e) => reply(Err(self.shared.fail(e.to_string()))),
+                }
             }
             Request::Quarantine {
                 message_id,
@@ -1071,8 +1147,9 @@ impl Syncer {
             let Some(group) = s.group.as_ref().filter(|_| error.is_none()) else {
                 continue;
             };
-            match group.apply(&shared.tree) {
+            match apply_live(group, &shared.tree) {
                 Ok(()) => {
+                    shared.defer(&s.accounts, &s.stats);
                     crash_point!("sync.after_apply");
                     shared.applied_group.store(group.number, Ordering::Release);
                 }
@@ -1205,6 +1282,14 @@ impl Checkpoints {
         let applied = shared.applied_group.load(Ordering::Acquire);
         let due = self.bytes >= shared.config.checkpoint_bytes
             || self.asked_at.elapsed() >= shared.config.checkpoint_interval;
+        if self.in_progress.is_none() && applied > self.durable && due && self.ask.is_some() {
+            // sled takes the balances and stats of the groups up to `applied` before it is
+            // flushed for them.
+            if let Err(e) = shared.write_deferred() {
+                shared.fail(e.to_string());
+                return;
+            }
+        }
         if self.in_progress.is_none()
             && applied > self.durable
             && due
@@ -1247,9 +1332,12 @@ impl Checkpoints {
         }
         let applied = shared.applied_group.load(Ordering::Acquire);
         if applied > self.durable && shared.failed.lock().is_none() {
-            let flushed =
-                checkpoint_sled(&shared.db, &shared.tree, shared.data_file.as_ref(), applied)
-                    .map(|()| applied);
+            let flushed = shared
+                .write_deferred()
+                .and_then(|()| {
+                    checkpoint_sled(&shared.db, &shared.tree, shared.data_file.as_ref(), applied)
+                })
+                .map(|()| applied);
             self.finished(shared, journal, flushed);
         }
     }

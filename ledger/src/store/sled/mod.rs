@@ -187,6 +187,8 @@ struct Shared {
     /// estimated bytes, for the memory metrics.
     tails: AtomicU64,
     tails_bytes: AtomicU64,
+    /// Balances and stats applied groups left that sled takes at the next checkpoint.
+    deferred: Mutex<committer::Deferred>,
     /// Set on the first storage failure: from then on nothing is written until reopened,
     /// because the journal may hold a group whose sync failed, or sled may lack one the
     /// journal holds.
@@ -327,6 +329,7 @@ impl SledStore {
             conflicts_reused: AtomicU64::new(observed.conflicts_reused),
             tails: AtomicU64::new(0),
             tails_bytes: AtomicU64::new(0),
+            deferred: Mutex::new(committer::Deferred::default()),
             state: RwLock::new(State { balances, stats }),
             failed: Mutex::new(None),
             metrics: Mutex::new(CommitMetrics::default()),
@@ -1021,7 +1024,10 @@ impl Store for SledStore {
         tails.entries = tails_n;
         tails.bytes = tails_n * (memory::slot(tail_slot) + memory::heap_str(memory::NAME_BYTES))
             + self.shared.tails_bytes.load(Ordering::Relaxed);
-        vec![claims, answers, activity, balances, tails, page_cache]
+        let deferred = self.shared.deferred.lock().memory();
+        vec![
+            claims, answers, activity, balances, deferred, tails, page_cache,
+        ]
     }
     async fn size_on_disk(&self) -> Result<u64> {
         self.blocking().size_on_disk()
