@@ -1282,23 +1282,22 @@ impl Checkpoints {
         let applied = shared.applied_group.load(Ordering::Acquire);
         let due = self.bytes >= shared.config.checkpoint_bytes
             || self.asked_at.elapsed() >= shared.config.checkpoint_interval;
-        if self.in_progress.is_none() && applied > self.durable && due && self.ask.is_some() {
+        if self.in_progress.is_none()
+            && applied > self.durable
+            && due
+            && let Some(ask) = &self.ask
+        {
             // sled takes the balances and stats of the groups up to `applied` before it is
             // flushed for them.
             if let Err(e) = shared.write_deferred() {
                 shared.fail(e.to_string());
                 return;
             }
-        }
-        if self.in_progress.is_none()
-            && applied > self.durable
-            && due
-            && let Some(ask) = &self.ask
-            && ask.try_send(applied).is_ok()
-        {
-            self.in_progress = Some(applied);
-            self.bytes = 0;
-            self.asked_at = Instant::now();
+            if ask.try_send(applied).is_ok() {
+                self.in_progress = Some(applied);
+                self.bytes = 0;
+                self.asked_at = Instant::now();
+            }
         }
     }
 
