@@ -138,8 +138,9 @@ impl Drop for Mounted {
 /// Storage unavailable, for real: the ledger's folder on a 40 MiB tmpfs (room for the
 /// journal's 16 MiB segment, the one made ahead, and sled) that is then filled up. The
 /// journal's segment is preallocated, so its appends go on; sled's writes and its
-/// checkpoint's flush find no room. The first command whose sync fails is answered 503 `unavailable` (never a false
-/// 201), `/healthz` turns 503, and after space is freed and the worker restarted, every
+/// checkpoint's flush find no room. The first command that meets the failure (its journal
+/// sync, or sled's own writer failing under its decision) is answered 503 `unavailable`
+/// (never a false 201), `/healthz` turns 503 at once, and after space is freed and the worker restarted, every
 /// acknowledged answer replays identically and the refused key runs exactly once.
 #[test]
 fn a_full_disk_answers_503_and_loses_nothing() {

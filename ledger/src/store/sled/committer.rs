@@ -523,7 +523,7 @@ impl Committer {
                 self.drain(to_syncer);
                 match self.sweep(staged, stats) {
                     Ok(expired) => staged.answers.push(Pending::Sweep { reply, expired }),
-                    Err(e) => reply(Err(e)),
+                    Err(e) => reply(Err(self.shared.failed_by(e))),
                 }
                 self.seal(std::mem::take(staged), stats, to_syncer);
             }
@@ -600,7 +600,7 @@ impl Committer {
             }),
             Err(e) => {
                 self.shared.release(&ck, token);
-                reply(Err(e));
+                reply(Err(self.shared.failed_by(e)));
             }
         }
     }

@@ -838,6 +838,16 @@ impl Shared {
         Ok(Outcome::from_fact(&fact))
     }
 
+    /// An error met while deciding or sweeping: a storage failure under it (sled's own
+    /// writer hit a full disk, say) leaves what sled holds unknown, so it stops the store's
+    /// writes and turns `/healthz` as a failed journal sync does.
+    fn failed_by(&self, e: LedgerError) -> LedgerError {
+        match e {
+            LedgerError::Unavailable(reason) => self.fail(reason),
+            other => other,
+        }
+    }
+
     fn fail(&self, reason: String) -> LedgerError {
         let mut failed = self.failed.lock();
         if failed.is_none() {
