@@ -549,6 +549,18 @@ fn large_ledger(quick: bool) {
         }
         (count, worst)
     };
+    // The online verify of a serving ledger (its threads at nice 19) with nothing else
+    // running: its own speed, beside which the run with commits shows what sharing the
+    // two cores costs it.
+    let t = Instant::now();
+    let report = l.blocking().verify().unwrap();
+    let idle_secs = t.elapsed().as_secs_f64();
+    println!(
+        "verify {} facts while serving, nothing committing: {idle_secs:.2} s ({:.0} facts/s), {}",
+        report.facts,
+        report.facts as f64 / idle_secs,
+        if report.ok() { "ok" } else { "VIOLATIONS" },
+    );
     let quiet_until = Instant::now() + Duration::from_secs(3);
     let (quiet_n, quiet_worst) = probe(&l, "quiet", &|| Instant::now() > quiet_until);
     let done = Arc::new(AtomicBool::new(false));
