@@ -552,14 +552,9 @@ fn large_ledger(quick: bool) {
     // The online verify of a serving ledger (its threads at nice 19) with nothing else
     // running: its own speed, beside which the run with commits shows what sharing the
     // two cores costs it.
-    let t = Instant::now();
-    let report = l.blocking().verify().unwrap();
-    let idle_secs = t.elapsed().as_secs_f64();
     println!(
-        "verify {} facts while serving, nothing committing: {idle_secs:.2} s ({:.0} facts/s), {}",
-        report.facts,
-        report.facts as f64 / idle_secs,
-        if report.ok() { "ok" } else { "VIOLATIONS" },
+        "verify while serving, nothing committing: {}",
+        timed_verify(&l)
     );
     let quiet_until = Instant::now() + Duration::from_secs(3);
     let (quiet_n, quiet_worst) = probe(&l, "quiet", &|| Instant::now() > quiet_until);
@@ -569,18 +564,12 @@ fn large_ledger(quick: bool) {
         let probe = probe.clone();
         std::thread::spawn(move || probe(&l, "busy", &|| done.load(Ordering::Relaxed)))
     };
-    let t = Instant::now();
-    let report = l.blocking().verify().unwrap();
-    let verify_secs = t.elapsed().as_secs_f64();
+    let verified = timed_verify(&l);
     done.store(true, Ordering::Relaxed);
     let (busy_n, busy_worst) = prober.join().unwrap();
     println!(
-        "verify {} facts while committing: {verify_secs:.2} s ({:.0} facts/s), {}; \
-         {busy_n} commits meanwhile, the slowest {:.1} ms (with no verify, 3 s: {quiet_n} \
-         commits, the slowest {:.1} ms)",
-        report.facts,
-        report.facts as f64 / verify_secs,
-        if report.ok() { "ok" } else { "VIOLATIONS" },
+        "verify while committing: {verified}; {busy_n} commits meanwhile, the slowest \
+         {:.1} ms (with no verify, 3 s: {quiet_n} commits, the slowest {:.1} ms)",
         busy_worst.as_secs_f64() * 1e3,
         quiet_worst.as_secs_f64() * 1e3,
     );
@@ -594,15 +583,7 @@ fn large_ledger(quick: bool) {
         ..SledConfig::new(&path)
     })
     .unwrap();
-    let t = Instant::now();
-    let report = l.blocking().verify().unwrap();
-    let offline = t.elapsed().as_secs_f64();
-    println!(
-        "verify {} facts alone, at full priority: {offline:.2} s ({:.0} facts/s), {}",
-        report.facts,
-        report.facts as f64 / offline,
-        if report.ok() { "ok" } else { "VIOLATIONS" },
-    );
+    println!("verify alone, at full priority: {}", timed_verify(&l));
     l.blocking().shutdown();
     drop(l);
 
@@ -642,6 +623,19 @@ fn large_ledger(quick: bool) {
         keys_n as f64 / one,
         keys_n as f64 / two,
     );
+}
+
+/// Runs a verify and says how it went: "N facts in S s (R facts/s), ok".
+fn timed_verify(l: &SledStore) -> String {
+    let t = Instant::now();
+    let report = l.blocking().verify().unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    format!(
+        "{} facts in {secs:.2} s ({:.0} facts/s), {}",
+        report.facts,
+        report.facts as f64 / secs,
+        if report.ok() { "ok" } else { "VIOLATIONS" },
+    )
 }
 
 fn dir_size(path: &std::path::Path) -> u64 {

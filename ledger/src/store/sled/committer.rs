@@ -536,7 +536,7 @@ impl Committer {
                 // the deferred ones first.
                 match self.shared.write_deferred() {
                     Ok(()) => reply(step()),
-                    Err(e) => reply(Err(self.shared.fail(e.to_string()))),
+                    Err(e) => reply(Err(self.shared.failed_by(e))),
                 }
             }
             Request::Quarantine {
