@@ -129,9 +129,10 @@ struct ServeArgs {
     pg_pool: usize,
     /// Lanes of commands, with --store (at most --pg-pool): each decides the commands
     /// queued on it in groups, one transaction and one commit per group, one group at a
-    /// time. Fewer lanes make larger groups and cost PostgreSQL less per command; more
-    /// keep more of a large server busy.
-    #[arg(long, default_value_t = 2, env = "IDEM_PG_LANES", hide_env_values = true,
+    /// time, the next group's claim sent behind the previous group's COMMIT. Fewer lanes
+    /// make larger groups and cost PostgreSQL less per command; more keep more of a large
+    /// server busy.
+    #[arg(long, default_value_t = 1, env = "IDEM_PG_LANES", hide_env_values = true,
           value_parser = clap::value_parser!(u64).range(1..=1024))]
     pg_lanes: u64,
     /// The most commands one PostgreSQL transaction decides, with --store; 1 gives every

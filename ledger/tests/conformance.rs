@@ -72,6 +72,16 @@ impl Env {
         &self,
         in_flight_wait: Option<Duration>,
     ) -> (Arc<dyn Store>, Option<SledStore>) {
+        self.open_with(in_flight_wait, None).await
+    }
+
+    /// [`Env::open_waiting`], with `pg_lanes` lanes on PostgreSQL (its default when
+    /// `None`; sled has none).
+    async fn open_with(
+        &self,
+        in_flight_wait: Option<Duration>,
+        pg_lanes: Option<usize>,
+    ) -> (Arc<dyn Store>, Option<SledStore>) {
         let rules = self.rules();
         match &self.backing {
             Backing::Sled(dir) => {
@@ -92,6 +102,9 @@ impl Env {
                 let mut config = PgConfig::default();
                 if let Some(wait) = in_flight_wait {
                     config = config.in_flight_wait(wait);
+                }
+                if let Some(lanes) = pg_lanes {
+                    config = config.lanes(lanes);
                 }
                 let (store, _) = PgStore::open(&db.url, rules, config).await.unwrap();
                 (Arc::new(store), None)
@@ -1010,7 +1023,10 @@ async fn a_reused_message_id_is_quarantined_while_its_key_is_claimed(env: &Env) 
 /// `withdrawal_not_found`, final, and so is a refund that names its own key (its own claim
 /// is no withdrawal in flight).
 async fn a_refund_of_a_withdrawal_in_flight_is_in_progress_until_it_is_decided(env: &Env) {
-    let (store, ledger) = env.open_with_handle().await;
+    // On PostgreSQL the withdrawal waits in its lane on a row held elsewhere; with two
+    // lanes the refund is decided in the other one meanwhile (with one, it would queue
+    // behind the withdrawal and be decided after it).
+    let (store, ledger) = env.open_with(None, Some(2)).await;
     executed(submit(&store, "d-1", deposit("alice", 500, rub())).await);
     let (early, withdrawal) = match (&env.backing, &ledger) {
         (Backing::Sled(_), Some(ledger)) => refund_held_on_sled(ledger).await,

@@ -299,6 +299,79 @@ async fn a_command_that_fails_its_group_is_split_out_and_the_others_commit() {
     db.drop_now().await;
 }
 
+/// A group whose transaction fails while the next group's claim rides behind its COMMIT:
+/// that claim is rolled back before the failed group runs again (it holds the pool's only
+/// connection, and rows the failed group's next attempt may lock), the failed group is
+/// split until its bad command is answered alone, and the next group then commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_that_fails_under_the_next_claim_lets_that_claim_go() {
+    let test = "pg_groups::a_group_that_fails_under_the_next_claim";
+    let Some((db, store, session)) = one_lane(test).await else {
+        return;
+    };
+    for (k, command) in [
+        ("d-0", deposit("alice", 500)),
+        ("w-1", withdraw("alice", 100)),
+        ("r-1", refund("w-1", 30)),
+        ("b-0", deposit("bob", 10)),
+    ] {
+        outcome(
+            store
+                .submit(&client(), &key(k), command, None)
+                .await
+                .unwrap(),
+        );
+    }
+    session
+        .batch_execute("UPDATE idem.refunded SET withdrawn = 40")
+        .await
+        .unwrap();
+    let (bobs, connection) = tokio_postgres::connect(&db.url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    hold(&session, "alice").await;
+    hold(&bobs, "bob").await;
+    // Group A, alone on its own task (the lane was idle), waits on alice; group B (the
+    // bad refund, two deposits to bob) queues.
+    let first = spawn(&store, "d-1", deposit("alice", 1));
+    until_the_group_waits(&db.url).await;
+    let bad = spawn(&store, "r-2", refund("w-1", 30));
+    until_pending(&store, 2).await;
+    let mut deposits = Vec::new();
+    for i in 1..3 {
+        deposits.push(spawn(&store, &format!("b-{i}"), deposit("bob", 10)));
+        until_pending(&store, i + 2).await;
+    }
+    let before = store.commit_metrics();
+    // A commits; the lane gathers B, whose claim waits on bob.
+    session.batch_execute("COMMIT").await.unwrap();
+    outcome(first.await.unwrap().unwrap());
+    assert_eq!(store.commit_metrics().pipelined, before.pipelined);
+    until_the_group_waits(&db.url).await;
+    // Group C queues; once bob is free, B is decided and its apply fails with C's
+    // claim sent behind it.
+    let late = spawn(&store, "c-1", deposit("carol", 5));
+    until_pending(&store, 4).await;
+    bobs.batch_execute("COMMIT").await.unwrap();
+    match bad.await.unwrap() {
+        Err(LedgerError::Unavailable(why)) => assert!(why.contains("refunded total"), "{why}"),
+        other => panic!("expected the refund's disagreement, got {other:?}"),
+    }
+    for d in deposits {
+        outcome(d.await.unwrap().unwrap());
+    }
+    outcome(late.await.unwrap().unwrap());
+    assert_eq!(balance(&store, "bob").await, Some(30));
+    assert_eq!(balance(&store, "carol").await, Some(5));
+    assert!(store.key(&client(), &key("r-2")).await.unwrap().is_none());
+    let after = store.commit_metrics();
+    // C's claim was sent behind B's COMMIT, once.
+    assert_eq!(after.pipelined - before.pipelined, 1, "{after:?}");
+    store.shutdown().await;
+    db.drop_now().await;
+}
+
 /// A group of one does not wait: with the lane idle, a command's answer does not include
 /// any gathering, and every group is one command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

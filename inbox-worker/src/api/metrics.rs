@@ -368,6 +368,15 @@ fn write_commits(text: &mut Exposition, commit: &CommitMetrics, kind: &str) {
         "counter",
         one(commit.applies),
     );
+    if kind == "postgres" {
+        text.metric(
+            "idem_commit_pipelined_total",
+            "Groups whose BEGIN and claim were sent behind the previous group's COMMIT on \
+             one connection, in its round trip.",
+            "counter",
+            one(commit.pipelined),
+        );
+    }
     if kind == "sled" {
         text.metric(
             "idem_journal_bytes",

@@ -333,4 +333,8 @@ pub struct CommitMetrics {
     /// sync; PostgreSQL: its group's transaction), summed over batches, and the longest.
     pub batch_wait_sum_us: u64,
     pub batch_wait_max_us: u64,
+    /// PostgreSQL: groups whose BEGIN and claim were sent behind the previous group's
+    /// COMMIT on the same connection, saving a round trip each (when that COMMIT fails,
+    /// the claim is rolled back and the group claims again on its own).
+    pub pipelined: u64,
 }

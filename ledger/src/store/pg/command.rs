@@ -106,25 +106,31 @@ pub(super) fn rand_offset() -> u64 {
 /// connection, which rolls back too.
 pub(super) struct OpenTx {
     conn: Option<deadpool_postgres::Object>,
-    open: AtomicBool,
+    /// Transactions begun and not yet ended: two for a moment when a lane sends the next
+    /// group's BEGIN behind this group's COMMIT, before the COMMIT's answer is read.
+    open: AtomicUsize,
 }
 
 impl OpenTx {
     pub(super) fn new(conn: deadpool_postgres::Object) -> Self {
         Self {
             conn: Some(conn),
-            open: AtomicBool::new(false),
+            open: AtomicUsize::new(0),
         }
     }
 
     /// Marks the transaction begun: from the BEGIN sent with the first statement.
     pub(super) fn opened(&self) {
-        self.open.store(true, Ordering::Relaxed);
+        self.open.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Marks the transaction ended: its COMMIT was sent (it commits or rolls back).
     pub(super) fn closed(&self) {
-        self.open.store(false, Ordering::Relaxed);
+        let _ = self
+            .open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_sub(1))
+            });
     }
 
     pub(super) fn conn(&self) -> Result<&deadpool_postgres::Object, Abort> {
@@ -135,14 +141,14 @@ impl OpenTx {
 
     pub(super) async fn rollback(&self) -> Result<(), Abort> {
         self.conn()?.batch_execute("ROLLBACK").await?;
-        self.open.store(false, Ordering::Relaxed);
+        self.closed();
         Ok(())
     }
 }
 
 impl Drop for OpenTx {
     fn drop(&mut self) {
-        if !self.open.load(Ordering::Relaxed) {
+        if self.open.load(Ordering::Relaxed) == 0 {
             return;
         }
         let Some(conn) = self.conn.take() else {

@@ -5,14 +5,24 @@
 //! version 3's statements for one command; a group of one fact applied by `v11.sql`'s
 //! function, one statement per write).
 //!
-//! Each process runs `PgConfig::lanes` lanes, each a task that runs one group at a
-//! time on one connection. A command goes to the lane of the account it acts on (a refund:
-//! of its withdrawal's key), so a hot account's commands meet in one lane and its row is
-//! locked and written once per group. A lane takes the first command queued, then every
-//! command queued behind it up to `PgConfig::group_max`, waiting for more only while the
-//! first has waited less than `PgConfig::group_wait` (zero by default: a group of one
-//! never waits). A command that finds its lane idle with nothing queued runs its group of
-//! one on its own task, holding the lane meanwhile.
+//! Each process runs `PgConfig::lanes` lanes (one by default), each a task that runs one
+//! group at a time on one connection. A command goes to the lane of the account it acts on
+//! (a refund: of its withdrawal's key), so a hot account's commands meet in one lane and
+//! its row is locked and written once per group. A lane takes the first command queued,
+//! then every command queued behind it up to `PgConfig::group_max`, waiting for more only
+//! while the first has waited less than `PgConfig::group_wait` (zero by default: a group
+//! of one never waits). A command that finds its lane idle with nothing queued runs its
+//! group of one on its own task, holding the lane meanwhile.
+//!
+//! Once a group is decided with writes to make, what queued behind it meanwhile is the
+//! next group, and its BEGIN and claim go on the same connection right behind this
+//! group's apply and COMMIT, sent together (`lane_turn`): the server runs the next claim
+//! as soon as this group commits, without waiting for a round trip to the worker, and the
+//! next group's first round trip is this group's last. Sent after the COMMIT, the claim
+//! runs after it, so the two transactions are one after the other on the connection, as
+//! every other lock taker sees them. If this group's transaction fails, the next group's
+//! claim is rolled back before this group is tried again (its rows are locked by that
+//! claim), and the next group claims again on its own.
 //!
 //! Within the group, commands are decided in arrival order, each seeing the balances and
 //! refunded totals the earlier ones left. A business rejection is that command's fact; it
@@ -80,8 +90,9 @@ pub(super) fn start_lanes(n: usize, store: &Weak<Inner>) -> Vec<Lane> {
         .collect()
 }
 
-/// A lane's task: one group at a time. It holds the store only while a group runs, so a
-/// store that is dropped ends its lanes.
+/// A lane's task: one group at a time, each group's claim sent behind the previous
+/// group's COMMIT while commands are queued (see `lane_turn`). It holds the store only
+/// while groups run, so a store that is dropped ends its lanes.
 async fn run_lane(
     store: Weak<Inner>,
     mut rx: mpsc::UnboundedReceiver<Queued>,
@@ -99,8 +110,54 @@ async fn run_lane(
         let _busy = busy.lock().await;
         let group = store.gather(first, &mut rx).await;
         queued.fetch_sub(group.len(), Ordering::SeqCst);
-        store.run_group(group).await;
+        let mut turn = Some(Turn::new(group, None));
+        while let Some(this) = turn {
+            turn = store.lane_turn(this, &mut rx, &queued).await;
+        }
     }
+}
+
+/// A group about to be decided by its lane, with its claim already answered when it
+/// rode behind the previous group's COMMIT.
+struct Turn<'a> {
+    group: Vec<Queued>,
+    /// How long its first command waited before the group's transaction began.
+    waited: Duration,
+    claimed: Option<Result<Claimed<'a>, Abort>>,
+}
+
+impl<'a> Turn<'a> {
+    fn new(group: Vec<Queued>, claimed: Option<Result<Claimed<'a>, Abort>>) -> Self {
+        let waited = group
+            .first()
+            .map_or(Duration::ZERO, |q| q.arrived.elapsed());
+        Self {
+            group,
+            waited,
+            claimed,
+        }
+    }
+}
+
+/// A group's transaction after its first round trip: BEGIN and the claim answered.
+struct Claimed<'a> {
+    /// Taken before the transaction and held to its end (see `SHARDS`).
+    slot: ShardSlot<'a>,
+    tx: OpenTx,
+    at: Timestamp,
+    /// The attempt's deadline, for both round trips.
+    until: Instant,
+    rows: Vec<Row>,
+}
+
+/// A group's transaction with every command decided, its writes not yet sent.
+struct Staged<'a> {
+    slot: ShardSlot<'a>,
+    tx: OpenTx,
+    at_db: DateTime<Utc>,
+    until: Instant,
+    work: Work,
+    decided: Decided,
 }
 
 /// What one attempt at a group's transaction answers, once it has committed.
@@ -249,7 +306,7 @@ impl PgStore {
             None
         };
         if let Some(_busy) = idle {
-            self.run_group(vec![queued]).await;
+            self.run_group(vec![queued], None, Duration::ZERO).await;
         } else {
             lane.queued.fetch_add(1, Ordering::SeqCst);
             if let Err(unsent) = lane.tx.send(queued) {
@@ -293,14 +350,17 @@ impl PgStore {
     }
 
     /// Decides a group and answers each of its commands: again after a conflict, in
-    /// halves after an error one of them may have caused.
-    async fn run_group(&self, group: Vec<Queued>) {
-        let waited = group
-            .first()
-            .map_or(Duration::ZERO, |q| q.arrived.elapsed());
+    /// halves after an error one of them may have caused. `first` is the outcome of an
+    /// attempt at the whole group already made.
+    async fn run_group(
+        &self,
+        group: Vec<Queued>,
+        mut first: Option<Result<Decided, Abort>>,
+        waited: Duration,
+    ) {
         let mut todo = vec![group];
         while let Some(mut group) = todo.pop() {
-            match self.group_attempts(&group).await {
+            match self.group_attempts(&group, first.take()).await {
                 Ok(decided) => self.answer_group(group, decided, waited),
                 Err((_, true)) if group.len() > 1 => {
                     let second = group.split_off(group.len() / 2);
@@ -317,24 +377,23 @@ impl PgStore {
         }
     }
 
-    /// Runs the group's transaction until it commits, within the attempt deadline each.
-    /// An error comes with whether splitting the group may get past it.
-    async fn group_attempts(&self, group: &[Queued]) -> Result<Decided, (LedgerError, bool)> {
-        let deadline = self.attempt_deadline();
+    /// Runs the group's transaction until it commits, within the attempt deadline each
+    /// (`first`, when given, is the first attempt's outcome). An error comes with whether
+    /// splitting the group may get past it.
+    async fn group_attempts(
+        &self,
+        group: &[Queued],
+        mut first: Option<Result<Decided, Abort>>,
+    ) -> Result<Decided, (LedgerError, bool)> {
         let mut attempt = 0;
         loop {
-            match tokio::time::timeout(deadline, self.group_attempt(group)).await {
-                Err(_) => {
-                    return Err((
-                        LedgerError::Unavailable(format!(
-                            "PostgreSQL did not answer within {deadline:?}; the command may \
-                             or may not be recorded: retry with the same key"
-                        )),
-                        false,
-                    ));
-                }
-                Ok(Ok(decided)) => return Ok(decided),
-                Ok(Err(Abort::Retry(why))) => {
+            let outcome = match first.take() {
+                Some(outcome) => outcome,
+                None => self.group_attempt(group).await,
+            };
+            match outcome {
+                Ok(decided) => return Ok(decided),
+                Err(Abort::Retry(why)) => {
                     attempt += 1;
                     if attempt > RETRIES {
                         return Err((
@@ -346,8 +405,160 @@ impl PgStore {
                     }
                     tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
                 }
-                Ok(Err(Abort::Command(e))) => return Err((e, true)),
-                Ok(Err(Abort::Fail(e))) => return Err((e, false)),
+                Err(Abort::Command(e)) => return Err((e, true)),
+                Err(Abort::Fail(e)) => return Err((e, false)),
+            }
+        }
+    }
+
+    /// Awaits one round trip of an attempt, within the attempt's deadline.
+    async fn within<T>(
+        &self,
+        until: Instant,
+        round_trip: impl Future<Output = Result<T, Abort>>,
+    ) -> Result<T, Abort> {
+        tokio::time::timeout_at(until.into(), round_trip)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Abort::Fail(LedgerError::Unavailable(format!(
+                    "PostgreSQL did not answer within {:?}; the command may or may not be \
+                     recorded: retry with the same key",
+                    self.attempt_deadline()
+                ))))
+            })
+    }
+
+    /// One of the lane's groups. Once it is decided with writes to make, the commands
+    /// queued behind it meanwhile become the next group, and that group's BEGIN and claim
+    /// are sent on the same connection right behind this group's apply and COMMIT: the
+    /// next group's first round trip rides in this group's last, and this group is
+    /// answered as soon as its COMMIT is. Returns the next group, if there is one.
+    async fn lane_turn<'s>(
+        &'s self,
+        turn: Turn<'s>,
+        rx: &mut mpsc::UnboundedReceiver<Queued>,
+        queued: &AtomicUsize,
+    ) -> Option<Turn<'s>> {
+        let Turn {
+            group,
+            waited,
+            claimed,
+        } = turn;
+        let claimed = match claimed {
+            Some(claimed) => claimed,
+            None => self.begin(&group).await,
+        };
+        let staged = match claimed.and_then(|c| self.decide(&group, c)) {
+            Ok(staged) if staged.work.writes() => staged,
+            outcome => {
+                let first = match outcome {
+                    Ok(staged) => self.finish(staged).await,
+                    Err(e) => Err(e),
+                };
+                self.run_group(group, Some(first), waited).await;
+                return None;
+            }
+        };
+        let max = self.inner.options.group_max.max(1);
+        let mut next = Vec::new();
+        while next.len() < max {
+            match rx.try_recv() {
+                Ok(q) => next.push(q),
+                Err(_) => break,
+            }
+        }
+        queued.fetch_sub(next.len(), Ordering::SeqCst);
+        if next.is_empty() {
+            let first = self.finish(staged).await;
+            self.run_group(group, Some(first), waited).await;
+            return None;
+        }
+        Some(self.pipeline(group, waited, staged, next).await)
+    }
+
+    /// This group's apply and COMMIT, then the next group's BEGIN and claim, all sent
+    /// before any answer is read. If this group's transaction fails, the next group's
+    /// claim is rolled back first (it may hold rows this group's next attempt must lock),
+    /// and the next group starts over once this one is answered.
+    async fn pipeline<'s>(
+        &'s self,
+        group: Vec<Queued>,
+        waited: Duration,
+        staged: Staged<'s>,
+        next: Vec<Queued>,
+    ) -> Turn<'s> {
+        let Staged {
+            slot,
+            tx,
+            at_db,
+            until,
+            work,
+            decided,
+        } = staged;
+        // Both apply statements prepared beforehand, so that nothing waits for a
+        // statement's description between the sends (each is prepared once per
+        // connection; afterwards this is a lookup).
+        let prepared = self
+            .within(until, async {
+                let conn = tx.conn()?;
+                conn.prepare_cached(SQL_APPLY).await?;
+                conn.prepare_cached(SQL_APPLY_ONE).await?;
+                Ok(())
+            })
+            .await;
+        if let Err(e) = prepared {
+            drop((tx, slot));
+            self.run_group(group, Some(Err(e)), waited).await;
+            return Turn::new(next, None);
+        }
+        let shard = slot.shard().unwrap_or_else(|| self.next_shard());
+        let next_slot = ShardSlot::take(&self.inner.shard_slots);
+        // Never before this group's time, which is not yet published to `last_at`.
+        let next_at = Timestamp(self.record_time().millis().max(decided.at));
+        let next_until = Instant::now() + self.attempt_deadline();
+        let next_waited = next.first().map_or(Duration::ZERO, |q| q.arrived.elapsed());
+        let apply = async {
+            match self
+                .within(until, self.apply_round_trip(&tx, &work, at_db, shard))
+                .await
+            {
+                Ok(()) => {
+                    self.answer_group(group, decided, waited);
+                    None
+                }
+                Err(e) => Some((group, e)),
+            }
+        };
+        let claim = async {
+            let at_db = db_time(next_at)?;
+            self.within(next_until, self.claim_round_trip(&tx, &next, at_db))
+                .await
+        };
+        self.inner.metrics.lock().pipelined += 1;
+        let (failed, rows) = tokio::join!(apply, claim);
+        drop(slot);
+        match failed {
+            None => {
+                let claimed = rows.map(|rows| Claimed {
+                    slot: next_slot,
+                    tx,
+                    at: next_at,
+                    until: next_until,
+                    rows,
+                });
+                Turn {
+                    group: next,
+                    waited: next_waited,
+                    claimed: Some(claimed),
+                }
+            }
+            Some((group, e)) => {
+                if rows.is_ok() {
+                    let _ = self.within(next_until, tx.rollback()).await;
+                }
+                drop((tx, next_slot));
+                self.run_group(group, Some(Err(e)), waited).await;
+                Turn::new(next, None)
             }
         }
     }
@@ -394,13 +605,41 @@ impl PgStore {
     /// `idem_group_claim_v8`, the decisions here, then `idem_group_apply_v8` + COMMIT (or
     /// ROLLBACK when nothing is written: every command was a replay or a 409).
     async fn group_attempt(&self, group: &[Queued]) -> Result<Decided, Abort> {
+        let claimed = self.begin(group).await?;
+        let staged = self.decide(group, claimed)?;
+        self.finish(staged).await
+    }
+
+    /// The first round trip of an attempt, on a connection from the pool.
+    async fn begin(&self, group: &[Queued]) -> Result<Claimed<'_>, Abort> {
         let inner = &*self.inner;
-        // Taken before the transaction and held to its end (see `SHARDS`).
+        let until = Instant::now() + self.attempt_deadline();
         let slot = ShardSlot::take(&inner.shard_slots);
-        let tx = OpenTx::new(inner.pool.get().await?);
+        let tx = self
+            .within(until, async { Ok(OpenTx::new(inner.pool.get().await?)) })
+            .await?;
         let at = self.record_time();
-        let at_db = db_time(at)?;
-        let rows = self.claim_round_trip(&tx, group, at_db).await?;
+        let rows = self
+            .within(until, self.claim_round_trip(&tx, group, db_time(at)?))
+            .await?;
+        Ok(Claimed {
+            slot,
+            tx,
+            at,
+            until,
+            rows,
+        })
+    }
+
+    /// Every command of the group decided, in arrival order, from its claim.
+    fn decide<'s>(&self, group: &[Queued], claimed: Claimed<'s>) -> Result<Staged<'s>, Abort> {
+        let Claimed {
+            slot,
+            tx,
+            at,
+            until,
+            rows,
+        } = claimed;
         let (mut work, claimed) = self.read_claim(group.len(), &rows)?;
         let mut decided = Decided {
             answers: Vec::with_capacity(group.len()),
@@ -411,11 +650,33 @@ impl PgStore {
             let answer = self.decide_one(q, row, at, &mut work, &mut decided)?;
             decided.answers.push(answer);
         }
+        Ok(Staged {
+            slot,
+            tx,
+            at_db: db_time(at)?,
+            until,
+            work,
+            decided,
+        })
+    }
+
+    /// The last round trip of an attempt: its writes and COMMIT, or a ROLLBACK when it
+    /// has nothing to write.
+    async fn finish(&self, staged: Staged<'_>) -> Result<Decided, Abort> {
+        let Staged {
+            slot,
+            tx,
+            at_db,
+            until,
+            work,
+            decided,
+        } = staged;
         if work.writes() {
             let shard = slot.shard().unwrap_or_else(|| self.next_shard());
-            self.apply_round_trip(&tx, &work, at_db, shard).await?;
+            self.within(until, self.apply_round_trip(&tx, &work, at_db, shard))
+                .await?;
         } else {
-            tx.rollback().await?;
+            self.within(until, tx.rollback()).await?;
         }
         Ok(decided)
     }

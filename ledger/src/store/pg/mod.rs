@@ -170,9 +170,10 @@ const ACTIVITY_MAX: usize = 65_536;
 pub struct PgConfig {
     /// Connections this process keeps: one per lane, the others for reads.
     pub pool_size: usize,
-    /// Lanes of commands (at most `pool_size`): each runs one group's transaction at a
-    /// time, so this many groups are in flight at once. Fewer lanes make larger groups,
-    /// which cost PostgreSQL less per command; more keep more of its cores and disks busy.
+    /// Lanes of commands (at most `pool_size`): each runs its groups one after the other
+    /// on one connection, the next group's claim sent behind the previous group's COMMIT.
+    /// Fewer lanes make larger groups, which cost PostgreSQL less per command; more keep
+    /// more of a large server's cores and disks busy.
     pub lanes: usize,
     /// The most commands one group (one transaction, one commit) decides; 1 runs every
     /// command in a transaction of its own.
@@ -200,7 +201,7 @@ impl Default for PgConfig {
     fn default() -> Self {
         Self {
             pool_size: 16,
-            lanes: 2,
+            lanes: 1,
             group_max: 128,
             group_wait: Duration::ZERO,
             in_flight_wait: Duration::from_millis(5),
