@@ -396,6 +396,19 @@ fn crash_under_load(mut fleet: Fleet) {
     );
     assert!(seen.len() > 100, "too little load: {}", seen.len());
     let survivors = fleet.https();
+    // The load kept lanes busy, so groups were claimed behind their predecessors'
+    // COMMITs: the terminations met that path too.
+    let pipelined: u64 = survivors
+        .iter()
+        .map(|http| {
+            let body = http.get("/metrics").body;
+            body.lines()
+                .find_map(|l| l.strip_prefix("idem_commit_pipelined_total "))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no idem_commit_pipelined_total in:\n{body}"))
+        })
+        .sum();
+    assert!(pipelined > 0, "no group was claimed behind a COMMIT");
     for (n, ((thread, i), first)) in seen.iter().enumerate() {
         let again = load_request(&survivors[n % survivors.len()], *thread, *i).unwrap();
         assert_eq!(
