@@ -218,26 +218,42 @@ fn run_async(
     }
 }
 
-/// The disk's own limit: one thread writing 4 KiB at the end of a preallocated file and
-/// syncing it, for `secs`. What one journal append costs at the least.
-fn bare_sync(dir: &std::path::Path, secs: u64) -> Run {
+/// A file of `size` bytes preallocated with written zeros, as the journal's segments are.
+fn preallocated(path: &std::path::Path, size: u64) -> std::fs::File {
     use std::io::Write as _;
-    use std::os::unix::fs::FileExt as _;
-    let path = dir.join("bare-sync");
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(true)
         .read(true)
         .write(true)
-        .open(&path)
+        .open(path)
         .unwrap();
-    // Preallocated with written zeros, as the journal's segments are.
-    let size: u64 = 256 << 20;
     let zeros = vec![0u8; 1 << 20];
     for _ in 0..(size >> 20) {
         file.write_all(&zeros).unwrap();
     }
     file.sync_all().unwrap();
+    file
+}
+
+fn run_of(mut lat: Vec<u64>, secs: f64) -> Run {
+    lat.sort_unstable();
+    Run {
+        ops: lat.len() as u64,
+        secs,
+        p50_us: percentile(&lat, 0.50),
+        p99_us: percentile(&lat, 0.99),
+        max_us: lat.last().copied().unwrap_or(0),
+    }
+}
+
+/// The disk's own limit: one thread writing 4 KiB at the end of a preallocated file and
+/// syncing it, for `secs`. What one journal append costs at the least.
+fn bare_sync(dir: &std::path::Path, secs: u64) -> Run {
+    use std::os::unix::fs::FileExt as _;
+    let path = dir.join("bare-sync");
+    let size: u64 = 256 << 20;
+    let file = preallocated(&path, size);
     let page = vec![0x5au8; 4096];
     let mut lat = Vec::with_capacity(1 << 16);
     let started = Instant::now();
@@ -253,14 +269,74 @@ fn bare_sync(dir: &std::path::Path, secs: u64) -> Run {
     let secs = started.elapsed().as_secs_f64();
     drop(file);
     std::fs::remove_file(&path).unwrap();
-    lat.sort_unstable();
-    Run {
-        ops: lat.len() as u64,
-        secs,
-        p50_us: percentile(&lat, 0.50),
-        p99_us: percentile(&lat, 0.99),
-        max_us: lat.last().copied().unwrap_or(0),
+    run_of(lat, secs)
+}
+
+/// The least any group commit can do for `threads` submitters on this disk and these
+/// cores: each submitter takes a ticket; whoever finds no sync in flight writes one 4 KiB
+/// page and `fdatasync`s it for every ticket taken so far, the others wait on a condition
+/// variable until a sync covers theirs. Nothing is decided or indexed: a command waits for
+/// the sync in flight and then its own, and for a core to wake on, as the ledger's do.
+fn bare_group_commit(dir: &std::path::Path, threads: usize, secs: u64) -> Run {
+    use std::os::unix::fs::FileExt as _;
+    use std::sync::{Condvar, Mutex};
+    #[derive(Default)]
+    struct Log {
+        taken: u64,
+        durable: u64,
+        syncing: bool,
+        at: u64,
     }
+    let path = dir.join("bare-group");
+    let size: u64 = 256 << 20;
+    let file = preallocated(&path, size);
+    let shared = Arc::new((Mutex::new(Log::default()), Condvar::new()));
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(secs);
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let shared = shared.clone();
+            let file = file.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let (log, cv) = &*shared;
+                let page = vec![0x5au8; 4096];
+                let mut lat = Vec::with_capacity(1 << 16);
+                while Instant::now() < deadline {
+                    let t0 = Instant::now();
+                    let mut g = log.lock().unwrap();
+                    g.taken += 1;
+                    let mine = g.taken;
+                    while g.durable < mine {
+                        if g.syncing {
+                            g = cv.wait(g).unwrap();
+                            continue;
+                        }
+                        g.syncing = true;
+                        let (upto, at) = (g.taken, g.at);
+                        g.at = (g.at + 4096) % size;
+                        drop(g);
+                        file.write_all_at(&page, at).unwrap();
+                        file.sync_data().unwrap();
+                        g = log.lock().unwrap();
+                        g.durable = upto;
+                        g.syncing = false;
+                        cv.notify_all();
+                    }
+                    drop(g);
+                    lat.push(t0.elapsed().as_micros() as u64);
+                }
+                lat
+            })
+        })
+        .collect();
+    let lat: Vec<u64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    let secs = started.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+    run_of(lat, secs)
 }
 
 fn bench_config(path: &std::path::Path) -> SledConfig {
@@ -344,6 +420,9 @@ fn main() {
 fn durable_commands(secs: u64, only: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let bare = bare_sync(dir.path(), secs);
+    // Eight submitters' physical limit, beside their row.
+    let group8 = (only.is_none() || only == Some("new:threads:8"))
+        .then(|| bare_group_commit(dir.path(), 8, secs));
     let (ledger, _) = SledStore::open(bench_config(&dir.path().join("l"))).unwrap();
     let accounts = seed_accounts(&ledger, 100);
     let client = ClientId::default_client();
@@ -375,6 +454,15 @@ fn durable_commands(secs: u64, only: Option<&str>) {
         bare.p99_us,
         bare.max_us
     );
+    if let Some(g) = &group8 {
+        println!(
+            "| bare group commit: 4 KiB pwrite + fdatasync for all waiting | threads | 8 | {:.0} | {} | {} | {} |",
+            g.ops as f64 / g.secs,
+            g.p50_us,
+            g.p99_us,
+            g.max_us
+        );
+    }
     let mut new_one = 0.0;
     let mut new_eight_p99 = 0u64;
     // IDEM_BENCH_ONLY=new:async:64 runs one row (for profiling).
@@ -442,6 +530,14 @@ fn durable_commands(secs: u64, only: Option<&str>) {
              to a bare sync's p99 {:.1}x",
             new_one / (bare.ops as f64 / bare.secs),
             new_eight_p99 as f64 / bare.p99_us.max(1) as f64
+        );
+    }
+    if let Some(g) = group8.filter(|_| new_eight_p99 > 0) {
+        println!(
+            "p99 at 8 submitters to the bare group commit's at 8: {:.1}x (the bare group \
+             commit's own p99 is {:.1}x a bare sync's)",
+            new_eight_p99 as f64 / g.p99_us.max(1) as f64,
+            g.p99_us as f64 / bare.p99_us.max(1) as f64
         );
     }
     ledger.blocking().shutdown();
