@@ -1,7 +1,8 @@
 //! `cargo bench -p ledger --bench load`: durable throughput and latency percentiles with
 //! 1, 8 and 64 concurrent submitters, for new keys and for replays, beside the disk's own
 //! limit measured in the same run (a bare loop of 4 KiB `pwrite` + `fdatasync` on the same
-//! file system), with their ratios; then the cost of a ledger of many facts: bytes on disk
+//! file system, and beside the 8-submitter row a bare group commit of 8 threads), with
+//! their ratios; then the cost of a ledger of many facts: bytes on disk
 //! per fact, the time to open it after a clean shutdown and after a `kill -9` (with the
 //! journal's replay), and verify's speed.
 //! IDEM_BENCH_SECS (default 3) sets each run's length, IDEM_BENCH_FACTS (1,000,000) the
