@@ -135,19 +135,11 @@ fn run(
         .collect();
     std::thread::sleep(Duration::from_secs(secs));
     stop.store(true, Ordering::Relaxed);
-    let mut all: Vec<u64> = handles
+    let all: Vec<u64> = handles
         .into_iter()
         .flat_map(|h| h.join().unwrap())
         .collect();
-    let secs = started.elapsed().as_secs_f64();
-    all.sort_unstable();
-    Run {
-        ops: all.len() as u64,
-        secs,
-        p50_us: percentile(&all, 0.50),
-        p99_us: percentile(&all, 0.99),
-        max_us: all.last().copied().unwrap_or(0),
-    }
+    run_of(all, started.elapsed().as_secs_f64())
 }
 
 /// The same load from `submitters` concurrent requests driven by one thread through
@@ -208,15 +200,7 @@ fn run_async(
             outstanding += 1;
         }
     }
-    let secs = started.elapsed().as_secs_f64();
-    lat.sort_unstable();
-    Run {
-        ops: lat.len() as u64,
-        secs,
-        p50_us: percentile(&lat, 0.50),
-        p99_us: percentile(&lat, 0.99),
-        max_us: lat.last().copied().unwrap_or(0),
-    }
+    run_of(lat, started.elapsed().as_secs_f64())
 }
 
 /// A file of `size` bytes preallocated with written zeros, as the journal's segments are.
@@ -237,6 +221,7 @@ fn preallocated(path: &std::path::Path, size: u64) -> std::fs::File {
     file
 }
 
+/// A run's figures from its latencies (µs, in any order) and its length.
 fn run_of(mut lat: Vec<u64>, secs: f64) -> Run {
     lat.sort_unstable();
     Run {
