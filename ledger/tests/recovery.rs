@@ -512,7 +512,7 @@ fn a_folder_in_use_is_refused_at_once_and_stays_usable() {
 /// with every group: after commits they are held aside (and counted in memory), a verify
 /// has sled take them first and passes, and a shutdown leaves them in sled's tree.
 #[test]
-fn balances_and_stats_reach_sled_at_checkpoints_and_before_verify() {
+fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("l");
     let config = SledConfig {
@@ -520,24 +520,39 @@ fn balances_and_stats_reach_sled_at_checkpoints_and_before_verify() {
         checkpoint_bytes: u64::MAX,
         ..SledConfig::new(&path)
     };
-    let held_aside = |l: &SledStore| {
+    let held_aside = |l: &SledStore, structure: &str| {
         l.memory()
             .iter()
-            .find(|u| u.structure == "deferred_balances")
+            .find(|u| u.structure == structure)
             .unwrap()
             .entries
+    };
+    let alice = Account::parse("alice").unwrap();
+    let seqs = |l: &SledStore| -> Vec<u64> {
+        let statement = l.blocking().statement(&alice, 0, 100).unwrap();
+        statement.iter().map(|f| f.seq).collect()
     };
     let (l, _) = SledStore::open(config).unwrap();
     submit(&l, "d", true, 100);
     submit(&l, "w", false, 30);
-    // alice's, @world's and @payouts' RUB.
-    assert_eq!(held_aside(&l), 3);
+    // alice's, @world's and @payouts' RUB; alice's one statement run, of seqs 1 and 2.
+    assert_eq!(held_aside(&l, "deferred_balances"), 3);
+    assert_eq!(held_aside(&l, "deferred_runs"), 1);
+    assert_eq!(seqs(&l), [1, 2]);
     let report = l.blocking().verify().unwrap();
     assert!(report.ok(), "{report}");
-    assert_eq!(held_aside(&l), 0);
+    assert_eq!(held_aside(&l, "deferred_balances"), 0);
+    assert_eq!(held_aside(&l, "deferred_runs"), 0);
+    assert_eq!(seqs(&l), [1, 2]);
     submit(&l, "w2", false, 5);
-    // A withdrawal moves alice and @payouts.
-    assert_eq!(held_aside(&l), 2);
+    // A withdrawal moves alice and @payouts, and extends alice's run: sled's copy of it
+    // holds seqs 1 and 2, the deferred one all three.
+    assert_eq!(held_aside(&l, "deferred_balances"), 2);
+    assert_eq!(held_aside(&l, "deferred_runs"), 1);
+    assert_eq!(seqs(&l), [1, 2, 3]);
+    let report = l.blocking().verify().unwrap();
+    assert!(report.ok(), "{report}");
+    submit(&l, "w3", false, 5);
     l.blocking().shutdown();
     drop(l);
     wait_until_released(&path);
@@ -545,20 +560,23 @@ fn balances_and_stats_reach_sled_at_checkpoints_and_before_verify() {
         let balance = t.get(b"aalice\0RUB").unwrap().unwrap();
         assert_eq!(
             i128::from_be_bytes(balance.as_ref().try_into().unwrap()),
-            65
+            60
         );
         let payouts = t.get(b"a@payouts\0RUB").unwrap().unwrap();
         assert_eq!(
             i128::from_be_bytes(payouts.as_ref().try_into().unwrap()),
-            35
+            40
         );
+        // One run from seq 1, with the three increases to 2, 3 and 4.
+        let runs: Vec<_> = t.scan_prefix(b"halice\0").map(Result::unwrap).collect();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].0.as_ref(), b"halice\0\0\0\0\0\0\0\0\x01");
+        assert_eq!(runs[0].1.as_ref(), [1, 1, 1, 1]);
     });
     let (l, report) = SledStore::open(SledConfig::new(&path)).unwrap();
     assert_eq!(report.replayed_groups, 0);
-    let alice = l
-        .blocking()
-        .account(&Account::parse("alice").unwrap())
-        .unwrap();
-    assert_eq!(alice[&Currency::parse("RUB").unwrap()], 65);
-    assert_eq!(l.blocking().stats().last_seq, 3);
+    let balances = l.blocking().account(&alice).unwrap();
+    assert_eq!(balances[&Currency::parse("RUB").unwrap()], 60);
+    assert_eq!(l.blocking().stats().last_seq, 4);
+    assert_eq!(seqs(&l), [1, 2, 3, 4]);
 }

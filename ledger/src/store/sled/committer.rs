@@ -18,7 +18,7 @@ use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, mes
 
 use super::journal::{Group, Journal, Op};
 use super::records::{
-    GROUP_KEY, InboxRecord, KeyRecord, P_ACCOUNT, P_KEY, P_QUARANTINE, P_REFUNDED,
+    GROUP_KEY, InboxRecord, KeyRecord, P_ACCOUNT, P_KEY, P_QUARANTINE, P_REFUNDED, P_STATEMENT,
     STATEMENTS_READY_KEY, STATS_KEY, account_key, decode, encode, inbox_key, io_err,
     quarantine_key, scoped_key, seq_of,
 };
@@ -201,28 +201,51 @@ struct Sealed {
     stats: Stats,
 }
 
-/// The balances and stats that groups applied since sled last took them left, kept out of
-/// sled's tree until a checkpoint (or a verify's step) needs them there. Every group's
-/// journal record carries them as absolute values, so recovery replays them with the
-/// rest; readers take balances and stats from the published state, never from sled. Each
-/// group touches its accounts' balance records and the stats record: left to the
-/// checkpoint, those are one insert per account every few seconds instead of a third of
-/// sled's inserts on the commit path.
+/// The balances, stats and statement runs that groups applied since sled last took them
+/// left, kept out of sled's tree until a checkpoint (or a verify's step) needs them there.
+/// Every group's journal record carries them as absolute values, so recovery replays them
+/// with the rest. Readers take balances and stats from the published state, never from
+/// sled, and read statement runs here before sled (`statements::merged`). Each group
+/// touches its accounts' balance records, their last statement runs and the stats record:
+/// left to the checkpoint, those are one insert per account every few seconds instead of
+/// most of sled's inserts on the commit path, whose thread also syncs the journal.
 #[derive(Default)]
 pub(super) struct Deferred {
     balances: HashMap<Account, BTreeMap<Currency, i128>>,
     stats: Option<Stats>,
+    /// Statement runs by their record's key, as the last group that extended each left it.
+    runs: BTreeMap<Vec<u8>, sled::IVec>,
 }
 
 impl Deferred {
-    pub(super) fn memory(&self) -> crate::memory::MemoryUse {
-        crate::memory::balances_use_of("deferred_balances", &self.balances)
+    pub(super) fn memory(&self) -> Vec<crate::memory::MemoryUse> {
+        let runs = self
+            .runs
+            .iter()
+            .map(|(k, v)| {
+                // A B-tree's entry takes its slot, about half again for the nodes' slack,
+                // and the two heap buffers.
+                let slot = std::mem::size_of::<(Vec<u8>, sled::IVec)>() as u64 * 3 / 2;
+                slot + crate::memory::heap_str(k.len()) + crate::memory::heap_str(v.len())
+            })
+            .sum();
+        vec![
+            crate::memory::balances_use_of("deferred_balances", &self.balances),
+            crate::memory::MemoryUse {
+                structure: "deferred_runs",
+                entries: self.runs.len() as u64,
+                limit: crate::memory::Limit::Accounts,
+                bytes: runs,
+                bound_bytes: None,
+            },
+        ]
     }
 }
 
-/// A record the commit path leaves to [`Deferred`]: a balance, or the stats.
+/// A record the commit path leaves to [`Deferred`]: a balance, a statement run, or the
+/// stats.
 fn deferred_key(key: &[u8]) -> bool {
-    key.first() == Some(&P_ACCOUNT) || key == STATS_KEY
+    matches!(key.first(), Some(&(P_ACCOUNT | P_STATEMENT))) || key == STATS_KEY
 }
 
 /// A group's operations but the deferred ones, into sled's memory (see [`Group::apply`]).
@@ -243,12 +266,33 @@ fn apply_live(group: &Group, tree: &sled::Tree) -> sled::Result<()> {
 
 impl Shared {
     /// Notes what an applied group left of the deferred records.
-    fn defer(&self, accounts: &HashMap<Account, BTreeMap<Currency, i128>>, stats: &Stats) {
+    fn defer(&self, applied: &Sealed, group: &Group) {
         let mut d = self.deferred.lock();
-        for (account, per) in accounts {
+        for (account, per) in &applied.accounts {
             d.balances.insert(account.clone(), per.clone());
         }
-        d.stats = Some(stats.clone());
+        d.stats = Some(applied.stats.clone());
+        for op in &group.ops {
+            if let Op::Put { key, value } = op
+                && key.first() == Some(&P_STATEMENT)
+            {
+                d.runs.insert(key.clone(), value.as_slice().into());
+            }
+        }
+    }
+
+    /// The deferred statement runs whose keys are in `range`, in key order. A reader takes
+    /// them before it reads sled's: a run that leaves for sled in between is in sled by
+    /// then, since [`Shared::write_deferred`] inserts it before letting go of the lock.
+    pub(super) fn deferred_runs(
+        &self,
+        range: impl std::ops::RangeBounds<Vec<u8>>,
+    ) -> Vec<(Vec<u8>, sled::IVec)> {
+        let d = self.deferred.lock();
+        d.runs
+            .range(range)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
     }
 
     /// Puts the deferred records into sled's memory: before a checkpoint flushes sled for
@@ -266,6 +310,9 @@ impl Shared {
             self.tree
                 .insert(STATS_KEY, encode(&stats))
                 .map_err(io_err)?;
+        }
+        for (key, run) in std::mem::take(&mut d.runs) {
+            self.tree.insert(key, run).map_err(io_err)?;
         }
         Ok(())
     }
@@ -1149,7 +1196,7 @@ impl Syncer {
             };
             match apply_live(group, &shared.tree) {
                 Ok(()) => {
-                    shared.defer(&s.accounts, &s.stats);
+                    shared.defer(s, group);
                     crash_point!("sync.after_apply");
                     shared.applied_group.store(group.number, Ordering::Release);
                 }

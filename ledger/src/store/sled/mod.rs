@@ -1034,10 +1034,10 @@ impl Store for SledStore {
         tails.entries = tails_n;
         tails.bytes = tails_n * (memory::slot(tail_slot) + memory::heap_str(memory::NAME_BYTES))
             + self.shared.tails_bytes.load(Ordering::Relaxed);
-        let deferred = self.shared.deferred.lock().memory();
-        vec![
-            claims, answers, activity, balances, deferred, tails, page_cache,
-        ]
+        let mut uses = vec![claims, answers, activity, balances];
+        uses.extend(self.shared.deferred.lock().memory());
+        uses.extend([tails, page_cache]);
+        uses
     }
     async fn size_on_disk(&self) -> Result<u64> {
         self.blocking().size_on_disk()

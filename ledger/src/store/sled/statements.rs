@@ -150,6 +150,34 @@ pub(super) fn complete(db: &sled::Db, tree: &sled::Tree, shown: &str) -> Result<
     Ok(written)
 }
 
+/// sled's statement records and the deferred runs taken before them, each in key order,
+/// as one sequence in key order. A run in both is the same run, and the deferred copy holds
+/// every seq the reader may show: it was taken after the durable seq was read, so it is
+/// as new as any group up to it, and sled's copy may be older.
+pub(super) fn merged(
+    sled: impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>>,
+    deferred: Vec<(Vec<u8>, sled::IVec)>,
+) -> impl Iterator<Item = sled::Result<(sled::IVec, sled::IVec)>> {
+    use std::cmp::Ordering;
+    let mut sled = sled.peekable();
+    let mut deferred = deferred.into_iter().peekable();
+    std::iter::from_fn(move || {
+        let order = match (sled.peek(), deferred.peek()) {
+            (None, None) => return None,
+            (Some(Err(_)), _) | (Some(Ok(_)), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (Some(Ok((s, _))), Some((d, _))) => s.as_ref().cmp(d.as_slice()),
+        };
+        if order == Ordering::Less {
+            return sled.next();
+        }
+        if order == Ordering::Equal {
+            sled.next();
+        }
+        deferred.next().map(|(k, v)| Ok((k.into(), v)))
+    })
+}
+
 /// The account's movements with `seq > after` and at most `durable`, in order, at most
 /// `limit`. Each entry's fact is read and must be a movement of this account: an entry
 /// that points elsewhere is corruption, reported rather than shown.
@@ -168,13 +196,22 @@ pub(super) fn read(
     // starting at or below that seq (runs never overlap), then come the runs after it.
     let prefix = statement_prefix(account);
     let first = statement_key(account, after.saturating_add(1));
-    let start = match shared.tree.range(prefix..=first.clone()).next_back() {
-        Some(item) => item.map_err(io_err)?.0.to_vec(),
-        None => first,
-    };
     let end = statement_key(account, durable);
+    // The runs sled has not taken yet are read first (see `Shared::deferred_runs`).
+    let deferred = shared.deferred_runs(prefix.clone()..=end.clone());
+    // The run that holds `after + 1` may start below it: it is the account's last run
+    // starting at or below that seq (runs never overlap), then come the runs after it.
+    let in_sled = match shared.tree.range(prefix..=first.clone()).next_back() {
+        Some(item) => Some(item.map_err(io_err)?.0.to_vec()),
+        None => None,
+    };
+    let deferred_below = deferred.iter().rev().find(|(k, _)| *k <= first);
+    let start = in_sled
+        .max(deferred_below.map(|(k, _)| k.clone()))
+        .unwrap_or(first);
+    let deferred = deferred.into_iter().filter(|(k, _)| *k >= start).collect();
     let mut out = Vec::new();
-    for item in shared.tree.range(start..=end) {
+    for item in merged(shared.tree.range(start..=end), deferred) {
         let (k, v) = item.map_err(io_err)?;
         let first = split_statement(&k)
             .map(|(_, seq)| seq)
@@ -215,6 +252,53 @@ mod tests {
         assert!(range.contains(&statement_key(&alice, 5)));
         let k = statement_key(&alice, 258);
         assert_eq!(split_statement(&k), Some((&b"alice"[..], 258)));
+    }
+
+    /// sled's records and the deferred runs come out as one sequence in key order; under a
+    /// key in both, the deferred run replaces sled's; sled's errors come through.
+    #[test]
+    fn deferred_runs_merge_into_sled_s_in_order_and_replace_theirs() {
+        let rec = |k: &str, v: &str| -> (sled::IVec, sled::IVec) {
+            (k.as_bytes().into(), v.as_bytes().into())
+        };
+        let sled_side = vec![
+            Ok(rec("b", "sled")),
+            Ok(rec("d", "sled")),
+            Ok(rec("f", "sled")),
+        ];
+        let deferred = ["a", "d", "e", "g"]
+            .iter()
+            .map(|k| (k.as_bytes().to_vec(), sled::IVec::from("deferred")))
+            .collect();
+        let got: Vec<(String, String)> = merged(sled_side.into_iter(), deferred)
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (
+                    String::from_utf8(k.to_vec()).unwrap(),
+                    String::from_utf8(v.to_vec()).unwrap(),
+                )
+            })
+            .collect();
+        let want = [
+            ("a", "deferred"),
+            ("b", "sled"),
+            ("d", "deferred"),
+            ("e", "deferred"),
+            ("f", "sled"),
+            ("g", "deferred"),
+        ];
+        assert_eq!(
+            got,
+            want.map(|(k, v)| (k.to_string(), v.to_string())).to_vec()
+        );
+        let failing = vec![
+            Ok(rec("a", "sled")),
+            Err(sled::Error::Unsupported("gone".into())),
+        ];
+        let deferred = vec![(b"b".to_vec(), sled::IVec::from("deferred"))];
+        let got: Vec<_> = merged(failing.into_iter(), deferred).collect();
+        assert!(got[0].is_ok() && got[1].is_err(), "{got:?}");
+        assert_eq!(got.len(), 3);
     }
 
     /// A run reads back the seqs pushed into it, and closes at its length or its bytes.

@@ -79,9 +79,12 @@ pub(crate) fn verify_online(
     tree: &sled::Tree,
     yields: bool,
     durable: &dyn Fn() -> u64,
+    deferred_runs: &dyn Fn() -> Vec<(Vec<u8>, sled::IVec)>,
     hold: Hold<'_>,
 ) -> Result<VerifyReport, LedgerError> {
     let upto = durable();
+    // Taken after `upto`, and before sled's runs are read: see `statements::merged`.
+    let runs = deferred_runs();
     let mut o = Online {
         r: Report::default(),
         tree: tree.clone(),
@@ -120,7 +123,7 @@ pub(crate) fn verify_online(
             if yields {
                 yield_cpu();
             }
-            read_index(tree, upto)
+            read_index(tree, upto, runs)
         });
         let folded = if yields {
             let o = &mut o;
@@ -190,8 +193,12 @@ fn name_parts(k: &[u8]) -> Option<(&[u8], &[u8])> {
 }
 
 /// Reads every key record, keeping digests (names are parsed only to be reported), then
-/// every statement entry.
-fn read_index(tree: &sled::Tree, upto: u64) -> Result<IndexScan, LedgerError> {
+/// every statement entry, sled's and the deferred `runs`.
+fn read_index(
+    tree: &sled::Tree,
+    upto: u64,
+    runs: Vec<(Vec<u8>, sled::IVec)>,
+) -> Result<IndexScan, LedgerError> {
     // One record per fact, nearly: sized once rather than doubled into twice the memory.
     let mut scan = IndexScan {
         keys: Vec::with_capacity(usize::try_from(upto).unwrap_or(0)),
@@ -227,7 +234,7 @@ fn read_index(tree: &sled::Tree, upto: u64) -> Result<IndexScan, LedgerError> {
             expired: rec.expired,
         });
     }
-    for item in tree.scan_prefix([P_STATEMENT]) {
+    for item in super::statements::merged(tree.scan_prefix([P_STATEMENT]), runs) {
         let (k, v) = item.map_err(io)?;
         let Some((account, first)) = split_statement(&k) else {
             scan.unreadable_statements += 1;
