@@ -192,15 +192,14 @@ pub(super) fn read(
         return Ok(Vec::new());
     }
     let corrupt = |detail: String| shared.corrupt(DecodeError::new("statement entry", detail));
-    // The run that holds `after + 1` may start below it: it is the account's last run
-    // starting at or below that seq (runs never overlap), then come the runs after it.
     let prefix = statement_prefix(account);
     let first = statement_key(account, after.saturating_add(1));
     let end = statement_key(account, durable);
     // The runs sled has not taken yet are read first (see `Shared::deferred_runs`).
     let deferred = shared.deferred_runs(prefix.clone()..=end.clone());
     // The run that holds `after + 1` may start below it: it is the account's last run
-    // starting at or below that seq (runs never overlap), then come the runs after it.
+    // starting at or below that seq (runs never overlap), in sled or kept aside, then come
+    // the runs after it.
     let in_sled = match shared.tree.range(prefix..=first.clone()).next_back() {
         Some(item) => Some(item.map_err(io_err)?.0.to_vec()),
         None => None,
