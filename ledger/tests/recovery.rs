@@ -539,6 +539,9 @@ fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify
     assert_eq!(held_aside(&l, "deferred_balances"), 3);
     assert_eq!(held_aside(&l, "deferred_runs"), 1);
     assert_eq!(seqs(&l), [1, 2]);
+    // sled holds no run of alice's yet: the one holding seq 2 starts below it, kept aside.
+    let statement = l.blocking().statement(&alice, 1, 100).unwrap();
+    assert_eq!(statement.iter().map(|f| f.seq).collect::<Vec<_>>(), [2]);
     let report = l.blocking().verify().unwrap();
     assert!(report.ok(), "{report}");
     assert_eq!(held_aside(&l, "deferred_balances"), 0);
@@ -550,6 +553,14 @@ fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify
     assert_eq!(held_aside(&l, "deferred_balances"), 2);
     assert_eq!(held_aside(&l, "deferred_runs"), 1);
     assert_eq!(seqs(&l), [1, 2, 3]);
+    // A page that starts inside the run finds the run's start below it, kept aside.
+    let page = |after| -> Vec<u64> {
+        let statement = l.blocking().statement(&alice, after, 100).unwrap();
+        statement.iter().map(|f| f.seq).collect()
+    };
+    assert_eq!(page(1), [2, 3]);
+    assert_eq!(page(2), [3]);
+    assert!(page(3).is_empty());
     let report = l.blocking().verify().unwrap();
     assert!(report.ok(), "{report}");
     submit(&l, "w3", false, 5);
