@@ -402,13 +402,18 @@ fn main() {
     large_ledger(quick);
 }
 
+/// Whether `IDEM_BENCH_ONLY` (unset: every row; else row names, comma-separated) asks for
+/// the row `name`.
+fn wanted(only: Option<&str>, name: &str) -> bool {
+    only.is_none_or(|o| o.split(',').any(|r| r == name))
+}
+
 /// The first part: commands/s and latency beside the disk's bare sync.
 fn durable_commands(secs: u64, only: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let bare = bare_sync(dir.path(), secs);
     // Eight submitters' physical limit, beside their row.
-    let group8 = (only.is_none() || only == Some("new:threads:8"))
-        .then(|| bare_group_commit(dir.path(), 8, secs));
+    let group8 = wanted(only, "new:threads:8").then(|| bare_group_commit(dir.path(), 8, secs));
     let (ledger, _) = SledStore::open(bench_config(&dir.path().join("l"))).unwrap();
     let accounts = seed_accounts(&ledger, 100);
     let client = ClientId::default_client();
@@ -451,7 +456,8 @@ fn durable_commands(secs: u64, only: Option<&str>) {
     }
     let mut new_one = 0.0;
     let mut new_eight_p99 = 0u64;
-    // IDEM_BENCH_ONLY=new:async:64 runs one row (for profiling).
+    // IDEM_BENCH_ONLY=new:async:64 runs one row (for profiling); a comma-separated list
+    // runs those rows, in the table's order.
     for replay in [false, true] {
         if replay {
             // The new-key rows pushed the prepared keys out of the shards' answer cache.
@@ -478,7 +484,7 @@ fn durable_commands(secs: u64, only: Option<&str>) {
                 "{}:{mode}:{submitters}",
                 if replay { "replay" } else { "new" }
             );
-            if only.is_some_and(|o| o != name) {
+            if !wanted(only, &name) {
                 continue;
             }
             let r = if mode == "async" {
