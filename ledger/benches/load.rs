@@ -402,6 +402,17 @@ fn main() {
     large_ledger(quick);
 }
 
+/// One row of the first part's table.
+fn print_row(kind: &str, submitters_are: &str, submitters: usize, r: &Run) {
+    println!(
+        "| {kind} | {submitters_are} | {submitters} | {:.0} | {} | {} | {} |",
+        r.ops as f64 / r.secs,
+        r.p50_us,
+        r.p99_us,
+        r.max_us
+    );
+}
+
 /// Whether `IDEM_BENCH_ONLY` (unset: every row; else row names, comma-separated) asks for
 /// the row `name`.
 fn wanted(only: Option<&str>, name: &str) -> bool {
@@ -438,20 +449,13 @@ fn durable_commands(secs: u64, only: Option<&str>) {
     );
     println!("| kind | submitters are | submitters | commands/s | p50 µs | p99 µs | max µs |");
     println!("|---|---|---:|---:|---:|---:|---:|");
-    println!(
-        "| bare 4 KiB pwrite + fdatasync | one thread | 1 | {:.0} | {} | {} | {} |",
-        bare.ops as f64 / bare.secs,
-        bare.p50_us,
-        bare.p99_us,
-        bare.max_us
-    );
+    print_row("bare 4 KiB pwrite + fdatasync", "one thread", 1, &bare);
     if let Some(g) = &group8 {
-        println!(
-            "| bare group commit: 4 KiB pwrite + fdatasync for all waiting | threads | 8 | {:.0} | {} | {} | {} |",
-            g.ops as f64 / g.secs,
-            g.p50_us,
-            g.p99_us,
-            g.max_us
+        print_row(
+            "bare group commit: 4 KiB pwrite + fdatasync for all waiting",
+            "threads",
+            8,
+            g,
         );
     }
     let mut new_one = 0.0;
@@ -498,14 +502,8 @@ fn durable_commands(secs: u64, only: Option<&str>) {
             if !replay && mode == "threads" && submitters == 8 {
                 new_eight_p99 = r.p99_us;
             }
-            println!(
-                "| {} | {mode} | {submitters} | {:.0} | {} | {} | {} |",
-                if replay { "replay" } else { "new key" },
-                r.ops as f64 / r.secs,
-                r.p50_us,
-                r.p99_us,
-                r.max_us
-            );
+            let kind = if replay { "replay" } else { "new key" };
+            print_row(kind, mode, submitters, &r);
         }
     }
     let m = ledger.commit_metrics();

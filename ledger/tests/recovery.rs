@@ -508,9 +508,10 @@ fn a_folder_in_use_is_refused_at_once_and_stays_usable() {
     drop(again);
 }
 
-/// Balances and stats reach sled's tree at checkpoints and before a verify's step, not
-/// with every group: after commits they are held aside (and counted in memory), a verify
-/// has sled take them first and passes, and a shutdown leaves them in sled's tree.
+/// Balances, stats and statement runs reach sled's tree at checkpoints and before a
+/// verify's step, not with every group: after commits they are held aside (and counted in
+/// memory), statements read the runs held aside, a verify has sled take them first and
+/// passes, and a shutdown leaves them in sled's tree.
 #[test]
 fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify() {
     let dir = tempfile::tempdir().unwrap();
@@ -528,8 +529,9 @@ fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify
             .entries
     };
     let alice = Account::parse("alice").unwrap();
-    let seqs = |l: &SledStore| -> Vec<u64> {
-        let statement = l.blocking().statement(&alice, 0, 100).unwrap();
+    // The seqs of alice's statement after `after`.
+    let seqs = |l: &SledStore, after: u64| -> Vec<u64> {
+        let statement = l.blocking().statement(&alice, after, 100).unwrap();
         statement.iter().map(|f| f.seq).collect()
     };
     let (l, _) = SledStore::open(config).unwrap();
@@ -538,29 +540,24 @@ fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify
     // alice's, @world's and @payouts' RUB; alice's one statement run, of seqs 1 and 2.
     assert_eq!(held_aside(&l, "deferred_balances"), 3);
     assert_eq!(held_aside(&l, "deferred_runs"), 1);
-    assert_eq!(seqs(&l), [1, 2]);
+    assert_eq!(seqs(&l, 0), [1, 2]);
     // sled holds no run of alice's yet: the one holding seq 2 starts below it, kept aside.
-    let statement = l.blocking().statement(&alice, 1, 100).unwrap();
-    assert_eq!(statement.iter().map(|f| f.seq).collect::<Vec<_>>(), [2]);
+    assert_eq!(seqs(&l, 1), [2]);
     let report = l.blocking().verify().unwrap();
     assert!(report.ok(), "{report}");
     assert_eq!(held_aside(&l, "deferred_balances"), 0);
     assert_eq!(held_aside(&l, "deferred_runs"), 0);
-    assert_eq!(seqs(&l), [1, 2]);
+    assert_eq!(seqs(&l, 0), [1, 2]);
     submit(&l, "w2", false, 5);
     // A withdrawal moves alice and @payouts, and extends alice's run: sled's copy of it
     // holds seqs 1 and 2, the deferred one all three.
     assert_eq!(held_aside(&l, "deferred_balances"), 2);
     assert_eq!(held_aside(&l, "deferred_runs"), 1);
-    assert_eq!(seqs(&l), [1, 2, 3]);
+    assert_eq!(seqs(&l, 0), [1, 2, 3]);
     // A page that starts inside the run finds the run's start below it, kept aside.
-    let page = |after| -> Vec<u64> {
-        let statement = l.blocking().statement(&alice, after, 100).unwrap();
-        statement.iter().map(|f| f.seq).collect()
-    };
-    assert_eq!(page(1), [2, 3]);
-    assert_eq!(page(2), [3]);
-    assert!(page(3).is_empty());
+    assert_eq!(seqs(&l, 1), [2, 3]);
+    assert_eq!(seqs(&l, 2), [3]);
+    assert!(seqs(&l, 3).is_empty());
     let report = l.blocking().verify().unwrap();
     assert!(report.ok(), "{report}");
     submit(&l, "w3", false, 5);
@@ -589,5 +586,5 @@ fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify
     let balances = l.blocking().account(&alice).unwrap();
     assert_eq!(balances[&Currency::parse("RUB").unwrap()], 60);
     assert_eq!(l.blocking().stats().last_seq, 4);
-    assert_eq!(seqs(&l), [1, 2, 3, 4]);
+    assert_eq!(seqs(&l, 0), [1, 2, 3, 4]);
 }

@@ -152,11 +152,8 @@ impl Blocking<'_> {
             &self.store.shared.tree,
             self.store.shared.config.verify_yields,
             &|| self.store.durable_seq(),
-            &|| {
-                let statements = vec![super::records::P_STATEMENT];
-                let after = vec![super::records::P_STATEMENT + 1];
-                self.store.shared.deferred_runs(statements..after)
-            },
+            // Every run held aside: the map holds statement runs only.
+            &|| self.store.shared.deferred_runs(..),
             &|step| wait_for(|reply| self.store.request(Request::Verify { step, reply })),
         )
     }
