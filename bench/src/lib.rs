@@ -5,6 +5,8 @@
 //!   BENCHMARKS.md).
 //! - [`stores`]: the worker on sled against the worker on PostgreSQL against pgbench
 //!   (`idem-bench stores`).
+//! - [`sync`]: the disk's floor at a fixed arrival rate, bare group commit (`idem-bench
+//!   sync`, beside the worker in bench/http/fixed-rate.sh).
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -14,6 +16,7 @@ use anyhow::{Result, anyhow};
 
 pub mod load;
 pub mod stores;
+pub mod sync;
 
 /// The name of the worker's binary on this platform.
 fn worker_file_name() -> String {

@@ -9,6 +9,8 @@
 //!   every effect this run caused.
 //! - `stores`: the worker on sled, the worker on PostgreSQL and pgbench running the bare
 //!   transaction, measured with one workload at several concurrencies.
+//! - `sync --rate R`: the disk's floor at that arrival rate: bare `pwrite` + `fdatasync`
+//!   group commit on one thread, its latency from each arrival and its CPU.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -38,6 +40,23 @@ enum Cmd {
     /// idempotent transaction, at several concurrencies; print a table, write a plot.
     #[command(long_about = STORES_HELP)]
     Stores(StoresArgs),
+    /// The disk's floor at a fixed arrival rate: arrivals at --rate, one thread writing a
+    /// 4 KiB page and `fdatasync`ing it for all that arrived; prints syncs/s, latency from
+    /// each arrival and the syncing thread's CPU (cores) as key=value lines.
+    Sync(SyncArgs),
+}
+
+#[derive(Args)]
+struct SyncArgs {
+    /// Arrivals per second.
+    #[arg(long)]
+    rate: u32,
+    /// Seconds of measurement.
+    #[arg(long, default_value_t = 8.0)]
+    duration: f64,
+    /// Folder for the synced file (the file system under test); removed after.
+    #[arg(long, default_value = ".")]
+    dir: std::path::PathBuf,
 }
 
 const STORES_HELP: &str = "One workload (withdrawals of 1 over many accounts or one hot \
@@ -106,6 +125,7 @@ fn main() -> ExitCode {
     let code = match Cli::parse().command {
         Cmd::Load(args) => load_main(args).map(|()| 0),
         Cmd::Stores(args) => stores::main(args),
+        Cmd::Sync(args) => sync_main(&args).map(|()| 0),
     };
     match code {
         Ok(c) => ExitCode::from(c),
@@ -114,6 +134,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn sync_main(args: &SyncArgs) -> Result<()> {
+    let duration = Duration::try_from_secs_f64(args.duration)
+        .map_err(|e| anyhow::anyhow!("--duration: {e}"))?;
+    let floor = idem_bench::sync::run(&args.dir, args.rate, duration)?;
+    floor.write_kv(&mut std::io::stdout().lock())?;
+    Ok(())
 }
 
 fn load_main(args: LoadArgs) -> Result<()> {
