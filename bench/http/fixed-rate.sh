@@ -82,6 +82,8 @@ if [[ "$MODE" == both ]]; then
     measure replay
     replay_p99=$P99_SEND replay_cores=$CORES
     measure new-key
+    # The worker stopped first: its checkpoint after the run would share the disk.
+    stop_worker
     floor=$("$BIN/idem-bench" sync --rate "$RATE" --duration "$DURATION" --dir "$TMP")
     fget() { printf '%s\n' "$floor" | sed -n "s/^$1=//p"; }
     floor_p99=$(fget p99_us) floor_cores=$(fget syncer_cores)
