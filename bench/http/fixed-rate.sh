@@ -82,8 +82,10 @@ if [[ "$MODE" == both ]]; then
     measure replay
     replay_p99=$P99_SEND replay_cores=$CORES
     measure new-key
-    # The worker stopped first: its checkpoint after the run would share the disk.
+    # The worker stopped first, and what it left in the page cache written out: its
+    # checkpoint and sled's writeback would share the disk with the floor's syncs.
     stop_worker
+    sync
     floor=$("$BIN/idem-bench" sync --rate "$RATE" --duration "$DURATION" --dir "$TMP")
     fget() { printf '%s\n' "$floor" | sed -n "s/^$1=//p"; }
     floor_p99=$(fget p99_us) floor_cores=$(fget syncer_cores)

@@ -717,7 +717,11 @@ fn load_balances(tree: &sled::Tree, shown: &str) -> Result<Balances> {
 /// every callback-based entry point. A reply dropped unanswered (the committer stopped)
 /// reads as `Closed`.
 fn wait_for<T: Send + 'static>(start: impl FnOnce(Box<dyn FnOnce(Result<T>) + Send>)) -> Result<T> {
-    let (tx, rx) = crossbeam_channel::bounded(1);
+    // The standard channel, not crossbeam's: a caller waits a journal sync or two, and
+    // crossbeam's receive calls `sched_yield` several times before it sleeps, which on two
+    // cores hands the CPU to the other waiting callers instead of the committer's threads
+    // (eight submitters' p99 measured lower with this one, BENCHMARKS.md).
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
     start(Box::new(move |r| {
         let _ = tx.send(r);
     }));
