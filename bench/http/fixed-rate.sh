@@ -14,9 +14,9 @@
 # Environment: MODE (new-key; replay; or both: replays, then new keys, at the same rate,
 # then the disk's floor at that rate, `idem-bench sync`: bare group commit of 4 KiB
 # `pwrite` + `fdatasync` on the same file system; with the ratios each reads against the
-# replays, so the goals' ratios stand beside the best a new key could do), BIN (a folder with both binaries: compare two
-# builds side by side without rebuilding), CARGO_TARGET_DIR, and anything the worker
-# reads (e.g. TOKIO_WORKER_THREADS).
+# replays, so the goals' ratios stand beside the best a new key could do), BIN (a folder
+# with both binaries: compare two builds side by side without rebuilding),
+# CARGO_TARGET_DIR, and anything the worker reads (e.g. TOKIO_WORKER_THREADS).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -96,7 +96,7 @@ if [[ "$MODE" == both ]]; then
         r = r > 0 ? r : 1; rc = rc > 0 ? rc : 0.01; fs = fs > 0 ? fs : 1
         printf "ratios new key / replay at the same rate: p99 from the send %.1fx, worker CPU %.1fx\n",
             n / r, nc / rc
-        # The floor CPU also at the worker own syncs a second: it groups more per sync.
+        # The floor CPU also at the syncs a second the worker made: it groups more per sync.
         printf "floor ratios (replay + the floor) / replay: p99 %.1fx, CPU %.1fx (%.1fx at the worker'"'"'s %d syncs/s)\n",
             (r + fp) / r, (rc + fc) / rc, (rc + fc * ws / fs) / rc, ws }'
 else
