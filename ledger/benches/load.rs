@@ -162,6 +162,7 @@ fn run(
 /// The same load from `submitters` concurrent requests driven by one thread through
 /// `submit_with` callbacks: how an async caller (the worker's HTTP handlers) uses the
 /// ledger, without one OS thread parked per request.
+/// New keys are `{prefix}-n`, as in [`run`].
 fn run_async(
     ledger: &SledStore,
     accounts: &[Account],
