@@ -466,8 +466,7 @@ fn pace(
                 if at > now {
                     std::thread::sleep(at - now);
                 }
-                // Every k with k / rate <= tick ms, that is k * 1000 <= tick * rate.
-                while k * 1000 <= u64::from(tick) * u64::from(rate) {
+                while k < released_by(tick, rate) {
                     let index = usize::try_from(k % senders.len() as u64).unwrap_or(0);
                     if let Some(tx) = senders.get(index) {
                         // A connection whose task ended (its server went away) drops it.
@@ -480,6 +479,14 @@ fn pace(
         })
         .context("starting the pacer thread")?;
     Ok(receivers)
+}
+
+/// How many requests the fixed-rate schedule has released by its tick `tick` (ms from the
+/// start): every k with k / rate <= tick ms, that is k * 1000 <= tick * rate. The disk's
+/// floor (`idem-bench sync`) releases its arrivals on the same grid, so that it sees the
+/// worker's bursts.
+pub(crate) fn released_by(tick: u32, rate: u32) -> u64 {
+    u64::from(tick) * u64::from(rate) / 1000 + 1
 }
 
 /// Connection `index`'s `n`-th call of a run without duplicates.

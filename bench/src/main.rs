@@ -40,9 +40,10 @@ enum Cmd {
     /// idempotent transaction, at several concurrencies; print a table, write a plot.
     #[command(long_about = STORES_HELP)]
     Stores(StoresArgs),
-    /// The disk's floor at a fixed arrival rate: arrivals at --rate, one thread writing a
-    /// 4 KiB page and `fdatasync`ing it for all that arrived; prints syncs/s, latency from
-    /// each arrival and the syncing thread's CPU (cores) as key=value lines.
+    /// The disk's floor at a fixed arrival rate: arrivals at --rate on the load generator's
+    /// 1 ms grid, one thread writing a 4 KiB page and `fdatasync`ing it for all that
+    /// arrived; prints syncs/s, latency from each arrival and the syncing thread's CPU
+    /// (cores) as key=value lines.
     Sync(SyncArgs),
 }
 

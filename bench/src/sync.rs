@@ -2,7 +2,8 @@
 //! at least, measured beside the worker in the same run.
 //!
 //! Arrivals come at `--rate` a second on one thread (the stand-in for the network, not
-//! counted). One syncer thread takes every arrival so far, writes one 4 KiB page at the end
+//! counted), released on the load generator's grid of one millisecond (at 5,000/s, five at
+//! each tick), so the floor meets the bursts the worker meets. One syncer thread takes every arrival so far, writes one 4 KiB page at the end
 //! of a preallocated file and `fdatasync`s it, then takes the next: group commit with
 //! nothing decided, indexed or answered. An arrival's latency runs from its arrival to the
 //! return of the sync that covers it, so it includes waiting for the sync in flight, as a
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow};
 
-use crate::load::Latencies;
+use crate::load::{Latencies, released_by};
 
 /// Bytes each sync writes: one page, as the load bench's bare sync.
 const PAGE: usize = 4096;
@@ -73,23 +74,27 @@ pub fn run(dir: &Path, rate: u32, duration: Duration) -> Result<Floor> {
             .name("bare-syncer".into())
             .spawn(move || sync_loop(&file, &queue))?
     };
-    let period = Duration::from_secs_f64(1.0 / f64::from(rate));
     let started = Instant::now();
-    let mut next = started;
     let mut arrivals = 0u64;
-    while next < started + duration {
-        let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
+    for tick in 0u32.. {
+        let at = started + Duration::from_millis(u64::from(tick));
+        if at >= started + duration {
+            break;
         }
+        let now = Instant::now();
+        if at > now {
+            std::thread::sleep(at - now);
+        }
+        let due = released_by(tick, rate);
         let (lock, cv) = &*queue;
-        lock.lock()
-            .map_err(|_| anyhow!("syncer failed"))?
-            .arrived
-            .push(Instant::now());
+        let mut q = lock.lock().map_err(|_| anyhow!("syncer failed"))?;
+        let now = Instant::now();
+        while arrivals < due {
+            q.arrived.push(now);
+            arrivals += 1;
+        }
+        drop(q);
         cv.notify_one();
-        arrivals += 1;
-        next += period;
     }
     {
         let (lock, cv) = &*queue;
@@ -201,7 +206,8 @@ mod tests {
     fn every_arrival_is_covered_by_a_sync_and_timed() {
         let dir = tempfile::tempdir().unwrap();
         let floor = run(dir.path(), 500, Duration::from_millis(400)).unwrap();
-        // 500/s for 0.4 s: 200 arrivals, each waited for, in at most as many syncs.
+        // 500/s for 0.4 s on the grid of 1 ms: the ticks 0..400 release 200 arrivals,
+        // each waited for, in at most as many syncs.
         assert_eq!(floor.arrivals, 200);
         assert!(
             floor.syncs >= 1 && floor.syncs <= floor.arrivals,
@@ -214,6 +220,16 @@ mod tests {
         assert!(floor.max_us > 0, "{floor:?}");
         // The file is the run's own: removed after it.
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn arrivals_come_in_the_load_generator_s_bursts() {
+        // 5,000/s on the 1 ms grid: one at the start, then five at each tick.
+        assert_eq!(released_by(0, 5000), 1);
+        assert_eq!(released_by(1, 5000), 6);
+        assert_eq!(released_by(999, 5000) - released_by(998, 5000), 5);
+        // Below one per tick, a tick may release none.
+        assert_eq!(released_by(1, 500), released_by(0, 500));
     }
 
     #[test]
