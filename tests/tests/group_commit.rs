@@ -5,6 +5,8 @@
 //! which needs the ledger's `failpoints` feature: this crate enables it.
 #![allow(clippy::unwrap_used)]
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use ledger::*;
@@ -262,4 +264,89 @@ fn after_a_group_of_several_a_blocking_caller_queues_instead_of_leading() {
     assert_eq!(one("w-4"), vec!["the-caller"]);
     assert_eq!(one("w-5"), vec!["the-caller"]);
     scenario.teardown();
+}
+
+/// Works on the calling thread for `d` without yielding it, as a runtime thread parsing an
+/// HTTP request does.
+fn busy(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn async_submissions_run_in_one_wake_of_the_runtime_are_written_as_one_group() {
+    let (_dir, l) = ledger_with_alice();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // Let the syncer thread park: it is free when the first command reaches the decider.
+    std::thread::sleep(Duration::from_millis(20));
+    let before = l.commit_metrics();
+    let answers = runtime.block_on(async {
+        // Ten tasks ready at once on the runtime's one thread, each working 2 ms before it
+        // submits: a decider handed each command alone would have sealed the first as a
+        // group of one long before the last arrives.
+        let tasks: Vec<_> = (0..10)
+            .map(|i| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    busy(Duration::from_millis(2));
+                    let (key, command) = withdrawal(&format!("b-{i}"));
+                    l.submit(&ClientId::default_client(), &key, command, None)
+                        .await
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for t in tasks {
+            answers.push(t.await.unwrap());
+        }
+        answers
+    });
+    for answer in &answers {
+        assert!(matches!(answer, Ok(Submission::Executed(_))), "{answer:?}");
+    }
+    let after = l.commit_metrics();
+    assert_eq!(after.batches - before.batches, 1, "{after:?}");
+    assert_eq!(after.last_batch_size, 10, "{after:?}");
+}
+
+#[test]
+fn a_gathering_whose_first_caller_went_away_is_still_committed() {
+    let (_dir, l) = ledger_with_alice();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = ClientId::default_client();
+    let (key, command) = withdrawal("gone");
+    runtime.block_on(async {
+        // Polled once, the submission gathers its command and yields; then it is dropped,
+        // as a runtime drops the task of a client that hung up.
+        let mut gone = Box::pin(l.submit(&client, &key, command.clone(), None));
+        let polled = std::future::poll_fn(|cx| Poll::Ready(gone.as_mut().poll(cx))).await;
+        assert!(polled.is_pending(), "answered at once: {polled:?}");
+        drop(gone);
+    });
+    // Its command was handed over all the same: its claim is released once it is
+    // durable, and a retry is answered with its outcome.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !l.pending().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the gathered command was never committed: {:?}",
+            l.pending()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let retry = l.blocking().submit(&client, &key, command).unwrap();
+    assert!(matches!(retry, Submission::Replayed(_)), "{retry:?}");
+    let balance = l
+        .blocking()
+        .account(&Account::parse("alice").unwrap())
+        .and_then(|b| b.get(&Currency::parse("RUB").unwrap()).copied());
+    assert_eq!(balance, Some(1_000 - 1));
 }

@@ -12,7 +12,7 @@ use crate::store::verify::VerifyReport;
 use crate::store::{Quarantined, Store, Submission};
 
 use super::records::{P_QUARANTINE, decode, io_err, quarantine_key};
-use super::{Caller, Request, Result, SledStore, verify, wait_for};
+use super::{Attempt, Caller, Request, Result, SledStore, verify, wait_for};
 
 /// A borrowed handle on a [`SledStore`] whose methods block; see the module docs.
 #[derive(Debug, Clone, Copy)]
@@ -54,7 +54,7 @@ impl Blocking<'_> {
         message: Option<MessageId>,
     ) -> Result<Submission> {
         wait_for(|reply| {
-            if let Some(twin) = self.store.attempt(
+            if let Attempt::Twin(twin) = self.store.attempt(
                 client,
                 key,
                 command,
@@ -63,6 +63,7 @@ impl Blocking<'_> {
                 Caller {
                     wait: true,
                     lead: true,
+                    gather: false,
                 },
             ) {
                 twin.released
@@ -76,6 +77,7 @@ impl Blocking<'_> {
                     Caller {
                         wait: false,
                         lead: true,
+                        gather: false,
                     },
                 );
             }

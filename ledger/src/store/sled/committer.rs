@@ -27,6 +27,9 @@ use super::{Reply, Result, Shared, duration_ms};
 
 pub(super) enum Request {
     Command(Queued),
+    /// Commands that async callers handed over together (see [`Lead::gather`]): what the
+    /// runtime read in one wake, decided in one pass so that one group can hold them.
+    Commands(Vec<Queued>),
     Quarantine {
         message_id: Option<String>,
         reason: String,
@@ -44,6 +47,16 @@ pub(super) enum Request {
     /// Holds the committer until the sender side is dropped (see [`SledStore::pause`]).
     Pause(Receiver<()>),
     Shutdown,
+}
+
+impl Request {
+    /// How many requests this counts for while queued: a burst counts each command.
+    pub(super) fn count(&self) -> usize {
+        match self {
+            Request::Commands(commands) => commands.len(),
+            _ => 1,
+        }
+    }
 }
 
 // ---- the committer -------------------------------------------------------------------
@@ -83,6 +96,9 @@ pub(super) struct Lead {
     /// the token; a leader holds it while it writes, so that what is staged meanwhile
     /// waits to be one group.
     free: (Sender<()>, Receiver<()>),
+    /// Commands from async callers, gathered until the runtime thread that took the first
+    /// of them has run what else was ready ([`Lead::gather`]).
+    gathered: Mutex<Vec<Queued>>,
 }
 
 impl Lead {
@@ -92,22 +108,47 @@ impl Lead {
             syncer: Mutex::new(Some(syncer)),
             queued: AtomicUsize::new(0),
             free: crossbeam_channel::bounded(1),
+            gathered: Mutex::new(Vec::new()),
         }
     }
 
-    /// Counts a request about to be sent to the decider; [`Lead::unsent`] if sending
+    /// Counts `n` requests about to be sent to the decider; [`Lead::unsent`] if sending
     /// failed.
-    pub(super) fn sending(&self) {
-        self.queued.fetch_add(1, Ordering::SeqCst);
+    pub(super) fn sending(&self, n: usize) {
+        self.queued.fetch_add(n, Ordering::SeqCst);
     }
 
-    pub(super) fn unsent(&self) {
-        self.taken();
+    pub(super) fn unsent(&self, n: usize) {
+        self.taken(n);
     }
 
-    /// The decider took a request off the queue.
-    fn taken(&self) {
-        self.queued.fetch_sub(1, Ordering::SeqCst);
+    /// The decider took `n` requests off the queue.
+    fn taken(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// Requests sent to the decider and not yet taken, a burst's commands each.
+    pub(super) fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// Keeps an async caller's command with the others gathered; true when it is the
+    /// first, and its caller must hand them all over ([`Lead::gathered`]) once its runtime
+    /// thread has run the other tasks that were ready.
+    ///
+    /// Why: the HTTP runtime reads a burst of requests in one wake and runs their tasks
+    /// one after the other. Sent one by one, the first reaches an idle decider, which seals
+    /// it alone while the syncer is free, and the rest of the burst waits for that sync
+    /// and then its own. Handed over together, the burst is one group and one sync.
+    pub(super) fn gather(&self, queued: Queued) -> bool {
+        let mut gathered = self.gathered.lock();
+        gathered.push(queued);
+        gathered.len() == 1
+    }
+
+    /// Everything gathered so far, to be sent to the decider as one request.
+    pub(super) fn gathered(&self) -> Vec<Queued> {
+        std::mem::take(&mut *self.gathered.lock())
     }
 
     /// Commits `queued` on the calling thread when the committer is idle (see [`Lead`]),
@@ -454,7 +495,7 @@ impl Committer {
                 // again once a request is in hand.
                 let r = MutexGuard::unlocked(&mut me, || rx.recv());
                 let Ok(r) = r else { break };
-                lead.taken();
+                lead.taken(r.count());
                 stats = me.stats.clone();
                 r
             } else {
@@ -463,7 +504,7 @@ impl Committer {
                 crossbeam_channel::select_biased! {
                     recv(rx) -> r => match r {
                         Ok(r) => {
-                            lead.taken();
+                            lead.taken(r.count());
                             r
                         }
                         Err(_) => break,
@@ -474,12 +515,17 @@ impl Committer {
                     }
                 }
             };
+            let first_count = first.count();
             let mut requests = vec![first];
-            // What is staged counts too: a batch never takes more than `batch_max`.
-            while staged.answers.len() + requests.len() < max {
+            // What is staged counts too: a batch never takes more than `batch_max` (a
+            // burst larger than what is left is sealed in parts, `take`).
+            let mut taking = staged.answers.len() + first_count;
+            while taking < max {
                 match rx.try_recv() {
                     Ok(r) => {
-                        lead.taken();
+                        let n = r.count();
+                        lead.taken(n);
+                        taking += n;
                         requests.push(r);
                     }
                     Err(_) => break,
@@ -605,6 +651,16 @@ impl Committer {
                 staged.answers.push(Pending::Quarantine { reply, id });
             }
             Request::Command(queued) => self.take_command(queued, staged, stats),
+            Request::Commands(commands) => {
+                let max = self.shared.config.batch_max.max(1);
+                for queued in commands {
+                    self.take_command(queued, staged, stats);
+                    // Full: sealed without waiting, as a full batch is.
+                    if staged.answers.len() >= max {
+                        self.seal(std::mem::take(staged), stats, to_syncer);
+                    }
+                }
+            }
         }
         false
     }

@@ -398,9 +398,10 @@ impl SledStore {
 
     /// One attempt at a submission: answered here when the key's claim or cache decides,
     /// else claimed and sent to the committer (or, for a blocking caller that finds the
-    /// committer idle, committed on its own thread). With `caller.wait`, an arrival that
-    /// would be told `InProgress` because a twin holds the key is not answered: it gets
-    /// back what it needs to wait for the twin's claim and try once more.
+    /// committer idle, committed on its own thread; for an async caller, gathered with
+    /// the others of its burst). With `caller.wait`, an arrival that would be told
+    /// `InProgress` because a twin holds the key is not answered: it gets back what it
+    /// needs to wait for the twin's claim and try once more.
     fn attempt(
         &self,
         client: &ClientId,
@@ -409,11 +410,11 @@ impl SledStore {
         message: Option<MessageId>,
         reply: Reply,
         caller: Caller,
-    ) -> Option<Twin> {
+    ) -> Attempt {
         let shared = &self.shared;
         if let Some(reason) = shared.failed.lock().clone() {
             reply(Err(LedgerError::Unavailable(reason)));
-            return None;
+            return Attempt::Done;
         }
         let fingerprint = command.fingerprint();
         let now = shared.config.clock.now();
@@ -426,7 +427,7 @@ impl SledStore {
             && let Some(claim) = shard.claims.get_mut(&ck)
         {
             let released = claim.released.get_or_insert_with(Default::default).clone();
-            return Some(Twin {
+            return Attempt::Twin(Twin {
                 released,
                 command,
                 message,
@@ -438,7 +439,7 @@ impl SledStore {
                 count_answer(shared, &mut shard, &ck, &answer);
                 drop(shard);
                 reply(answer);
-                None
+                Attempt::Done
             }
             None => {
                 let token = shared.next_token.fetch_add(1, Ordering::Relaxed);
@@ -463,8 +464,7 @@ impl SledStore {
                     arrived: Instant::now(),
                     reply,
                 };
-                self.send_command(queued, caller.lead);
-                None
+                self.send_command(queued, caller)
             }
         }
     }
@@ -548,20 +548,59 @@ impl SledStore {
     }
 
     /// Queues a claimed command for the committer; a stopped committer answers `Closed`.
-    /// With `lead`, a caller that may block commits it itself when the committer is idle.
-    fn send_command(&self, queued: Queued, lead: bool) {
-        let queued = if lead {
+    /// With `caller.lead`, a caller that may block commits it itself when the committer is
+    /// idle; with `caller.gather`, an async caller's command waits with the others of its
+    /// burst, and the first of them is told to hand them over ([`SledStore::hand_over`]).
+    fn send_command(&self, queued: Queued, caller: Caller) -> Attempt {
+        if caller.gather {
+            return if self.lead.gather(queued) {
+                Attempt::HandOver
+            } else {
+                Attempt::Done
+            };
+        }
+        let queued = if caller.lead {
             match self.lead.try_lead(queued) {
-                None => return,
+                None => return Attempt::Done,
                 Some(queued) => queued,
             }
         } else {
             queued
         };
         if let Some(Request::Command(queued)) = self.send(Request::Command(queued)) {
-            self.shared.release(&queued.ck, queued.token);
-            (queued.reply)(Err(LedgerError::Closed));
+            self.closed(queued);
         }
+        Attempt::Done
+    }
+
+    /// Answers a command the stopped committer will never take.
+    fn closed(&self, queued: Queued) {
+        self.shared.release(&queued.ck, queued.token);
+        (queued.reply)(Err(LedgerError::Closed));
+    }
+
+    /// Hands the commands gathered from async callers to the decider as one request, once
+    /// the runtime thread of the first of them has run the other tasks that were ready:
+    /// a yield lets it, and tokio resumes a yielded task only when its thread has no other
+    /// task to run and has polled for I/O once more. So the requests of a burst read in
+    /// one wake are gathered without waiting for any time. Handed over also when this
+    /// future is dropped meanwhile (its caller went away), so no command is left behind.
+    async fn hand_over(&self) {
+        struct OnDrop<'a>(&'a SledStore);
+        impl Drop for OnDrop<'_> {
+            fn drop(&mut self) {
+                let store = self.0;
+                let commands = store.lead.gathered();
+                if commands.is_empty() {
+                    return;
+                }
+                if let Some(Request::Commands(unsent)) = store.send(Request::Commands(commands)) {
+                    unsent.into_iter().for_each(|queued| store.closed(queued));
+                }
+            }
+        }
+        let _hand_over = OnDrop(self);
+        tokio::task::yield_now().await;
     }
 
     /// Queues a request for the committer. If it has stopped, the request (and its reply)
@@ -573,9 +612,10 @@ impl SledStore {
     /// Sends to the decider, counted while queued: a leader never overtakes a request
     /// queued before it. Gives the request back when the committer has stopped.
     fn send(&self, request: Request) -> Option<Request> {
-        self.lead.sending();
+        let n = request.count();
+        self.lead.sending(n);
         let crossbeam_channel::SendError(unsent) = self.tx.send(request).err()?;
-        self.lead.unsent();
+        self.lead.unsent(n);
         Some(unsent)
     }
 
@@ -583,7 +623,7 @@ impl SledStore {
     /// tests that must know what is queued behind a pause rather than sleep on it.
     #[doc(hidden)]
     pub fn queued(&self) -> usize {
-        self.tx.len()
+        self.lead.queued()
     }
 
     /// Stops the committer after what was submitted before, until the guard is dropped:
@@ -738,14 +778,28 @@ struct Caller {
     /// command itself when the committer is idle. Never an async task: the sync would
     /// hold its runtime's thread.
     lead: bool,
+    /// The caller is an async task on a runtime: its command is gathered with the others
+    /// of its burst, and the caller told to hand them over when it is the first.
+    gather: bool,
 }
 
 impl Caller {
-    /// One attempt from a callback or async caller.
+    /// One attempt from a callback.
     const ONCE: Caller = Caller {
         wait: false,
         lead: false,
+        gather: false,
     };
+}
+
+/// What an attempt left its caller to do.
+enum Attempt {
+    /// Nothing: answered, or on its way to the committer.
+    Done,
+    /// Wait for the twin in flight, then try once more.
+    Twin(Twin),
+    /// Hand the gathered commands over: this one opened the gathering.
+    HandOver,
 }
 
 /// An arrival that waits for its twin: what it needs to try once more.
@@ -903,17 +957,19 @@ impl Store for SledStore {
         let caller = Caller {
             wait: true,
             lead: false,
+            gather: true,
         };
-        if let Some(twin) = self.attempt(client, key, command, message, reply, caller) {
+        let mut attempt = self.attempt(client, key, command, message, reply, caller);
+        if let Attempt::Twin(twin) = attempt {
             twin.released.wait(self.shared.config.in_flight_wait).await;
-            self.attempt(
-                client,
-                key,
-                twin.command,
-                twin.message,
-                twin.reply,
-                Caller::ONCE,
-            );
+            let again = Caller {
+                wait: false,
+                ..caller
+            };
+            attempt = self.attempt(client, key, twin.command, twin.message, twin.reply, again);
+        }
+        if let Attempt::HandOver = attempt {
+            self.hand_over().await;
         }
         rx.await.unwrap_or(Err(LedgerError::Closed))
     }
