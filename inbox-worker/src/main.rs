@@ -79,6 +79,23 @@ enum Cmd {
         )]
         store: Option<String>,
     },
+    /// Rebuild the ledger's index (sled's files) from its journal, the log of record; the
+    /// old files are kept aside. An open does this by itself when it finds them damaged.
+    #[command(
+        long_about = "Rebuild the ledger's index (sled's files: the facts by seq, the key \
+        records, balances, statements) from its journal, the log of record that every \
+        acknowledged command reaches before it is answered. The old files are moved into a \
+        damaged-<time> folder inside the ledger's, never deleted. Opening a ledger does this \
+        by itself when sled refuses its files, panics on them, or disagrees with the \
+        journal; this command does it on demand. Stop the worker first.\n\n\
+        Exit codes: 0 rebuilt and opened, 1 refused (the journal damaged in its middle, \
+        no base, the ledger in use).\n\nExample:\n  inbox-worker repair --db ./idem-data"
+    )]
+    Repair {
+        /// The ledger folder.
+        #[arg(long)]
+        db: PathBuf,
+    },
     /// Tell the whole story in one command: one withdrawal and its retries, a storm of
     /// duplicate deliveries, and a verify. Needs nothing installed or running.
     #[command(
@@ -378,6 +395,7 @@ fn main() -> ExitCode {
             (Some(db), None) => verify(&db),
             (None, None) => Err(anyhow::anyhow!("say --db PATH or --store URL")),
         },
+        Cmd::Repair { db } => repair(&db),
         Cmd::Demo { db } => {
             demo::run(db.as_deref(), &mut std::io::stdout()).map(|ok| u8::from(!ok))
         }
@@ -829,7 +847,8 @@ fn open(
     db: &Path,
     adjust: impl FnOnce(ledger::SledConfig) -> ledger::SledConfig,
 ) -> anyhow::Result<SledStore> {
-    let config = adjust(ledger::SledConfig::new(db));
+    let mut config = adjust(ledger::SledConfig::new(db));
+    config.progress = ledger::Progress::new(|line| eprintln!("{line}"));
     match SledStore::open(config) {
         Ok((ledger, report)) => {
             eprintln!("ledger {}: {report}", db.display());
@@ -860,6 +879,23 @@ fn verify_pg(url: &str) -> anyhow::Result<u8> {
         let _ = std::io::stdout().flush();
         Ok(if report.ok() { 0 } else { 1 })
     })
+}
+
+fn repair(db: &Path) -> anyhow::Result<u8> {
+    let mut config = ledger::SledConfig::new(db);
+    config.progress = ledger::Progress::new(|line| eprintln!("{line}"));
+    match SledStore::repair(&config) {
+        Ok(rebuilt) => println!("{rebuilt}"),
+        Err(LedgerError::Locked { .. }) => anyhow::bail!(
+            "the ledger at {} is in use by another process (a running `serve`?). Stop it \
+             first",
+            db.display()
+        ),
+        Err(e) => return Err(e.into()),
+    }
+    let ledger = open(db, |c| c)?;
+    ledger.blocking().shutdown();
+    Ok(0)
 }
 
 fn verify(db: &Path) -> anyhow::Result<u8> {

@@ -24,9 +24,9 @@ pub use fact::{Fact, FactBody, Outcome, Receipt, RejectionReceipt};
 pub use memory::{Limit, MemoryUse};
 pub use projection::{Balances, Observed, Stats};
 pub use store::pg::{PgConfig, PgStore};
-pub use store::sled::{Blocking, PauseGuard, SledConfig, SledStore};
+pub use store::sled::{Blocking, PauseGuard, Progress, SledConfig, SledStore};
 pub use store::verify::{VerifyReport, Violation};
 pub use store::{
-    CommitMetrics, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyQuery, KeyStatus, LedgerError, OpenReport,
-    Quarantined, Rules, Store, Submission,
+    CommitMetrics, IndexRebuild, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyQuery, KeyStatus, LedgerError,
+    OpenReport, Quarantined, Rules, Store, Submission,
 };

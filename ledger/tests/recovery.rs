@@ -1,6 +1,8 @@
 //! Opening a damaged ledger: a tampered projection, a missing log tail, a torn data file.
-//! The ledger refuses to start with a clear error naming what disagrees, and deletes
-//! nothing; or, for a tail torn by a crash, it opens to a consistent earlier state.
+//! The index (sled's files) disagreeing with the journal is rebuilt from the journal, the
+//! damaged files kept aside; with no log of record to rebuild from, the ledger refuses to
+//! start with a clear error naming what disagrees, and deletes nothing; for a tail torn by
+//! a crash, it opens to a consistent earlier state.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -68,57 +70,104 @@ fn refuses(path: &Path, expect: &str) {
     assert_nothing_removed(&before, &listing(path));
 }
 
+/// Each way the index can disagree with itself or the journal: the open rebuilds it from
+/// the journal (every fact back, alice's balance what the commands left, verify clean) and
+/// keeps the damaged files aside. The same damage on a ledger whose journal has no base
+/// (one last opened by a build that deleted old segments) refuses, changing nothing.
 #[test]
-fn a_tampered_balance_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l");
-    fill(&path, 10);
-    tamper(&path, |t| {
-        let mut k = b"aalice\0".to_vec();
-        k.extend_from_slice(b"RUB");
-        t.insert(k, 5i128.to_be_bytes().to_vec()).unwrap();
-    });
-    refuses(&path, "balances in RUB sum to");
-}
+fn a_damaged_index_is_rebuilt_from_the_journal_or_refused_without_a_base() {
+    type Tamper = fn(&sled::Tree);
+    let cases: [(&str, u64, Tamper, &str); 4] = [
+        (
+            "a tampered balance",
+            10,
+            |t| {
+                let mut k = b"aalice\0".to_vec();
+                k.extend_from_slice(b"RUB");
+                t.insert(k, 5i128.to_be_bytes().to_vec()).unwrap();
+            },
+            "balances in RUB sum to",
+        ),
+        (
+            "a missing log tail",
+            10,
+            |t| {
+                let mut k = vec![b'f'];
+                k.extend_from_slice(&11u64.to_be_bytes());
+                assert!(t.remove(k).unwrap().is_some());
+            },
+            "the log ends at seq 10 but the balances and key records were written at seq 11",
+        ),
+        (
+            "a fact without its key",
+            3,
+            |t| {
+                assert!(t.remove(b"kdefault\0w2").unwrap().is_some());
+            },
+            "has no key record",
+        ),
+        (
+            "an undecodable fact",
+            3,
+            |t| {
+                let mut k = vec![b'f'];
+                k.extend_from_slice(&4u64.to_be_bytes());
+                t.insert(k, vec![9, 9, 9]).unwrap();
+            },
+            "undecodable fact",
+        ),
+    ];
+    for (what, n, damage, expect) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        fill(&path, n);
+        tamper(&path, damage);
+        let (l, report) = SledStore::open(SledConfig::new(&path)).unwrap();
+        let rebuilt = report
+            .rebuilt
+            .clone()
+            .unwrap_or_else(|| panic!("{what}: not rebuilt"));
+        assert!(rebuilt.reason.contains(expect), "{what}: {rebuilt}");
+        assert_eq!(rebuilt.facts, n + 1, "{what}: {rebuilt}");
+        let aside = Path::new(rebuilt.aside.as_deref().unwrap());
+        assert!(
+            aside.join("db").is_file(),
+            "{what}: the damaged files are kept"
+        );
+        assert!(
+            report.to_string().contains("the index was rebuilt"),
+            "{report}"
+        );
+        assert_eq!(l.blocking().stats().last_seq, n + 1, "{what}");
+        let alice = l
+            .blocking()
+            .account(&Account::parse("alice").unwrap())
+            .unwrap();
+        assert_eq!(
+            alice[&Currency::parse("RUB").unwrap()],
+            1_000_000 - i128::from(n),
+            "{what}"
+        );
+        let verify = l.blocking().verify().unwrap();
+        assert!(verify.ok(), "{what}: {verify}");
+        l.blocking().shutdown();
+        drop(l);
+        // Reopened, the rebuilt index is simply the index.
+        let (l, report) = SledStore::open(SledConfig::new(&path)).unwrap();
+        assert!(report.rebuilt.is_none(), "{what}: {report}");
+        l.blocking().shutdown();
 
-#[test]
-fn a_missing_log_tail_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l");
-    fill(&path, 10);
-    tamper(&path, |t| {
-        let mut k = vec![b'f'];
-        k.extend_from_slice(&11u64.to_be_bytes());
-        assert!(t.remove(k).unwrap().is_some());
-    });
-    refuses(
-        &path,
-        "the log ends at seq 10 but the balances and key records were written at seq 11",
-    );
-}
-
-#[test]
-fn a_fact_without_its_key_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l");
-    fill(&path, 3);
-    tamper(&path, |t| {
-        assert!(t.remove(b"kdefault\0w2").unwrap().is_some());
-    });
-    refuses(&path, "has no key record");
-}
-
-#[test]
-fn an_undecodable_fact_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("l");
-    fill(&path, 3);
-    tamper(&path, |t| {
-        let mut k = vec![b'f'];
-        k.extend_from_slice(&4u64.to_be_bytes());
-        t.insert(k, vec![9, 9, 9]).unwrap();
-    });
-    refuses(&path, "undecodable fact");
+        // Without a base, nothing can be rebuilt: refused as before.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l");
+        fill(&path, n);
+        for (_, base, _) in ledger::store::sled::journal::list_bases(&path.join("journal")).unwrap()
+        {
+            std::fs::remove_file(base).unwrap();
+        }
+        tamper(&path, damage);
+        refuses(&path, expect);
+    }
 }
 
 /// Key records in the middle that point at another key's fact, or remember another

@@ -20,8 +20,8 @@ const POINTS: [&str; 6] = [
     "journal.after_write",
     "journal.after_sync",
     "sync.after_apply",
-    "checkpoint.before_delete",
-    "checkpoint.after_delete",
+    "compact.before_delete",
+    "compact.after_delete",
 ];
 
 #[test]

@@ -91,6 +91,7 @@ impl ServeConfig {
             .lease(self.lease);
         c.cache_capacity_bytes = self.cache_bytes;
         c.in_flight_wait = self.api.in_flight_wait;
+        c.progress = ledger::Progress::new(|line| eprintln!("{line}"));
         c
     }
 }

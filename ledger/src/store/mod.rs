@@ -177,7 +177,26 @@ pub struct OpenReport {
     /// Journal groups replayed into the index at this open (sled store; 0 after a clean
     /// shutdown).
     pub replayed_groups: u64,
+    /// sled store: the index was found damaged and rebuilt from the journal at this open.
+    pub rebuilt: Option<IndexRebuild>,
     pub open_ms: u128,
+}
+
+/// A rebuild of the sled store's index (sled's files) from the log of record (the
+/// journal's base and every group after it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IndexRebuild {
+    /// Why: what opening the index met.
+    pub reason: String,
+    /// Where the damaged files were moved (`None` when the rebuild finished one that a
+    /// crash interrupted, whose damaged files were moved then).
+    pub aside: Option<String>,
+    /// The group of the base it started from, and how many groups were replayed after it.
+    pub base_group: u64,
+    pub groups: u64,
+    /// The last fact seq the replayed groups carry (0 when none carries one).
+    pub facts: u64,
+    pub ms: u128,
 }
 
 impl std::fmt::Display for OpenReport {
@@ -194,6 +213,9 @@ impl std::fmt::Display for OpenReport {
             verify::count(self.accounts, "account", "accounts"),
             self.last_fact_at.as_deref().unwrap_or("-"),
         )?;
+        if let Some(rebuilt) = &self.rebuilt {
+            write!(f, "; {rebuilt}")?;
+        }
         if self.replayed_groups > 0 {
             write!(
                 f,
@@ -327,8 +349,15 @@ pub struct CommitMetrics {
     /// how many there are.
     pub journal_bytes: u64,
     pub journal_segments: u64,
-    /// sled: checkpoints taken (sled flushed, the journal's older segments deleted).
+    /// sled: the journal's base (the index as a group left it, the start of the log of
+    /// record), in bytes.
+    pub journal_base_bytes: u64,
+    /// sled: checkpoints taken (sled flushed and synced).
     pub checkpoints: u64,
+    /// sled: compactions (a new base written, the journal's segments below it deleted).
+    pub compactions: u64,
+    /// sled: 1 when the index was rebuilt from the journal at this open.
+    pub index_rebuilds: u64,
     /// How long each batch's first command waited before its batch began (sled: its
     /// sync; PostgreSQL: its group's transaction), summed over batches, and the longest.
     pub batch_wait_sum_us: u64,

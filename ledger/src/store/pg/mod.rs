@@ -661,6 +661,7 @@ impl PgStore {
             accounts: usize::try_from(accounts).unwrap_or(0),
             last_fact_at,
             replayed_groups: 0,
+            rebuilt: None,
             open_ms: 0,
         })
     }

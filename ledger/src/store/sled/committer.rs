@@ -418,7 +418,7 @@ struct Staged {
 /// an fdatasync of its data file (`None`: syncs are off). sled's flush syncs with
 /// `sync_file_range`, which flushes neither the drive's write cache nor the file's size;
 /// fdatasync does both (ARCHITECTURE.md, durability).
-fn flush_sled(db: &sled::Db, data_file: Option<&std::fs::File>) -> Result<()> {
+pub(super) fn flush_sled(db: &sled::Db, data_file: Option<&std::fs::File>) -> Result<()> {
     db.flush().map_err(io_err)?;
     if let Some(f) = data_file {
         f.sync_data()
@@ -1316,10 +1316,11 @@ fn note_journal(shared: &Shared, journal: &Journal) {
     m.journal_segments = stats.segments as u64;
 }
 
-/// Checkpoints: from time to time sled is flushed on a thread of its own, and once that
-/// returns, the journal deletes the segments sled now holds durably. The journal's size
-/// stays bounded by what was written since the last checkpoint, and a reopen replays at
-/// most that.
+/// Checkpoints: from time to time sled is flushed on a thread of its own, so that a reopen
+/// replays at most what was written since. Some checkpoints also compact the journal: once
+/// sled is flushed, the same thread writes a new base of the index at the checkpoint's
+/// group, and once that is durable the journal deletes its segments below it. The journal
+/// keeps every group after its base, the log of record the index can be rebuilt from.
 struct Checkpoints {
     /// Journal bytes written since the last checkpoint was asked for.
     bytes: u64,
@@ -1328,23 +1329,40 @@ struct Checkpoints {
     in_progress: Option<u64>,
     /// The last group sled holds durably.
     durable: u64,
-    ask: Option<Sender<u64>>,
-    done: Receiver<Result<u64>>,
+    /// The size of the journal's newest base.
+    base_bytes: u64,
+    ask: Option<Sender<Ask>>,
+    done: Receiver<Result<Done>>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// A checkpoint asked of the checkpoint thread: the group it covers, and whether a base is
+/// to be written at it.
+struct Ask {
+    group: u64,
+    compact: bool,
+}
+
+/// A checkpoint done: its group, and the size of the base written at it, if one was (a
+/// base that could not be written leaves the journal as it was, and is tried again later).
+struct Done {
+    group: u64,
+    base: Option<u64>,
 }
 
 impl Checkpoints {
     fn start(shared: &Shared) -> Self {
-        let (ask, asked) = crossbeam_channel::bounded::<u64>(1);
-        let (done_tx, done) = crossbeam_channel::bounded::<Result<u64>>(1);
+        let (ask, asked) = crossbeam_channel::bounded::<Ask>(1);
+        let (done_tx, done) = crossbeam_channel::bounded::<Result<Done>>(1);
         let (db, tree) = (shared.db.clone(), shared.tree.clone());
+        let path = shared.path.clone();
         let data_file = shared.data_file.as_ref().and_then(|f| f.try_clone().ok());
         let thread = std::thread::Builder::new()
             .name("idem-checkpoint".into())
             .spawn(move || {
                 loop {
-                    let group = match asked.recv_timeout(WRITEBACK_EVERY) {
-                        Ok(group) => group,
+                    let ask = match asked.recv_timeout(WRITEBACK_EVERY) {
+                        Ok(ask) => ask,
                         Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
                             if let Some(f) = &data_file {
                                 start_writeback(f);
@@ -1353,18 +1371,27 @@ impl Checkpoints {
                         }
                         Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
                     };
-                    let flushed = checkpoint_sled(&db, &tree, data_file.as_ref(), group);
-                    if done_tx.send(flushed.map(|()| group)).is_err() {
+                    let flushed =
+                        checkpoint_sled(&db, &tree, data_file.as_ref(), ask.group).map(|()| Done {
+                            group: ask.group,
+                            base: ask
+                                .compact
+                                .then(|| super::rebuild::write_base(&tree, &path, ask.group).ok())
+                                .flatten(),
+                        });
+                    if done_tx.send(flushed).is_err() {
                         break;
                     }
                 }
             })
             .ok();
+        let base_bytes = shared.metrics.lock().journal_base_bytes;
         Self {
             bytes: 0,
             asked_at: Instant::now(),
             in_progress: None,
             durable: shared.checkpoint_at_open,
+            base_bytes,
             ask: thread.is_some().then_some(ask),
             done,
             thread,
@@ -1375,8 +1402,9 @@ impl Checkpoints {
         self.bytes += bytes as u64;
     }
 
-    /// Takes a finished flush (and drops the journal's segments below it), and asks for
-    /// the next one when enough was written or enough time passed.
+    /// Takes a finished checkpoint (and drops the journal's segments below its base, if it
+    /// wrote one), and asks for the next one when enough was written or enough time
+    /// passed.
     fn tick(&mut self, shared: &Shared, journal: &mut Journal) {
         if let Ok(flushed) = self.done.try_recv() {
             self.in_progress = None;
@@ -1396,7 +1424,15 @@ impl Checkpoints {
                 shared.fail(e.to_string());
                 return;
             }
-            if ask.try_send(applied).is_ok() {
+            let compact =
+                journal.bytes_through(applied) >= shared.config.compact_bytes.max(self.base_bytes);
+            if ask
+                .try_send(Ask {
+                    group: applied,
+                    compact,
+                })
+                .is_ok()
+            {
                 self.in_progress = Some(applied);
                 self.bytes = 0;
                 self.asked_at = Instant::now();
@@ -1404,14 +1440,26 @@ impl Checkpoints {
         }
     }
 
-    fn finished(&mut self, shared: &Shared, journal: &mut Journal, flushed: Result<u64>) {
+    fn finished(&mut self, shared: &Shared, journal: &mut Journal, flushed: Result<Done>) {
         match flushed {
-            Ok(group) => {
-                self.durable = group;
-                if let Err(e) = journal.checkpoint(group) {
-                    shared.fail(e.to_string());
+            Ok(done) => {
+                self.durable = done.group;
+                let mut compacted = false;
+                if let Some(bytes) = done.base {
+                    self.base_bytes = bytes;
+                    if let Err(e) = journal.drop_through(done.group) {
+                        shared.fail(e.to_string());
+                    }
+                    compacted = true;
                 }
-                shared.metrics.lock().checkpoints += 1;
+                {
+                    let mut m = shared.metrics.lock();
+                    m.checkpoints += 1;
+                    if compacted {
+                        m.compactions += 1;
+                        m.journal_base_bytes = self.base_bytes;
+                    }
+                }
                 note_journal(shared, journal);
             }
             Err(e) => {
@@ -1420,8 +1468,8 @@ impl Checkpoints {
         }
     }
 
-    /// On shutdown: waits for a flush in progress, then makes sled hold every group, so
-    /// that the next open replays nothing.
+    /// On shutdown: waits for a checkpoint in progress, then makes sled hold every group,
+    /// so that the next open replays nothing.
     fn finish(mut self, shared: &Shared, journal: &mut Journal) {
         drop(self.ask.take());
         if self.in_progress.is_some()
@@ -1439,7 +1487,10 @@ impl Checkpoints {
                 .and_then(|()| {
                     checkpoint_sled(&shared.db, &shared.tree, shared.data_file.as_ref(), applied)
                 })
-                .map(|()| applied);
+                .map(|()| Done {
+                    group: applied,
+                    base: None,
+                });
             self.finished(shared, journal, flushed);
         }
     }

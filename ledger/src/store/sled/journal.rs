@@ -81,11 +81,18 @@
 //! checkpoint, or whose first segment begins after it, has lost groups the index needs
 //! from it: opening is refused ([`JournalError::Discontinuous`]).
 //!
-//! # Checkpoints
+//! # The log of record
 //!
-//! Once the index holds every group up to some number durably, [`Journal::checkpoint`]
-//! deletes the segments whose groups are all at or below it (never the current one), so
-//! the journal's size stays bounded by what was written since the last checkpoint.
+//! The journal is kept whole: a checkpoint (sled flushed) deletes nothing, so every group
+//! since the ledger's newest base stays here, and the index (sled) can always be rebuilt
+//! from this folder alone. A base, `base-<group, 20 digits>.snap`, is the state the groups
+//! up to its number left: every record of the index as absolute puts, in records of the
+//! same format as a group's (each numbered with the base's group), written to
+//! `base.making`, synced, renamed into place and its folder synced, so a base that exists
+//! is whole. Replaying every group after a base onto it gives the index; so does replaying
+//! from any earlier group, since every value is absolute. Once a newer base is durable,
+//! [`Journal::drop_through`] deletes the segments wholly at or below it and the older
+//! bases: the folder holds one base and the groups after it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -117,6 +124,12 @@ const SEGMENT_MIN: u64 = 4096;
 /// and synced. Neither ends in `.jnl`, so a scan never reads them.
 const SPARE_MAKING: &str = "spare.making";
 const SPARE_READY: &str = "spare.ready";
+/// A base being written; renamed to its `base-<group>.snap` name once whole and synced.
+const BASE_MAKING: &str = "base.making";
+const BASE_PREFIX: &str = "base-";
+const BASE_EXT: &str = "snap";
+/// A base's operations are written in records of about this many bytes each.
+const BASE_RECORD: usize = 1 << 20;
 /// A spare's zeros are written and synced a piece of this size at a time, each followed by
 /// a pause as long as the piece took: an append's sync then queues behind at most one
 /// piece, and the disk is idle for appends at least half the time while a spare is made.
@@ -338,8 +351,7 @@ pub struct JournalStats {
     pub segments: usize,
     /// The segment files' sizes, preallocated space included.
     pub bytes: u64,
-    /// Groups in the journal's segments, also those already at or below a checkpoint
-    /// whose segment still holds later ones.
+    /// Groups in the journal's segments, since its first segment's first group.
     pub records: u64,
 }
 
@@ -400,7 +412,11 @@ impl Journal {
             }
         }
         let mut segments = list_segments(dir)?;
-        let scan = scan(dir, &segments, checkpoint)?;
+        let mut groups = Vec::new();
+        let scan = scan(dir, &segments, checkpoint, &mut |g| {
+            groups.push(g);
+            Ok(())
+        })?;
 
         // Decided: from here on, only the cut of a torn tail (or of an empty last segment)
         // changes anything.
@@ -494,7 +510,7 @@ impl Journal {
             spare,
         };
         let recovery = Recovery {
-            groups: scan.groups,
+            groups,
             next_group: scan.next_group,
             truncated,
         };
@@ -649,27 +665,27 @@ impl Journal {
         });
     }
 
-    /// The index holds every group up to `durable_group` durably: deletes the segments
-    /// whose groups are all at or below it, never the one appended to, and syncs the
-    /// folder. Returns how many were deleted.
-    pub fn checkpoint(&mut self, durable_group: u64) -> Result<usize> {
-        if durable_group >= self.next_group {
+    /// A base of the index at `base_group` is durable: deletes the segments whose groups
+    /// are all at or below it (never the one appended to) and every older base, and syncs
+    /// the folder. Returns how many segments were deleted.
+    pub fn drop_through(&mut self, base_group: u64) -> Result<usize> {
+        if base_group >= self.next_group {
             return Err(JournalError::Invalid {
-                number: durable_group,
+                number: base_group,
                 detail: format!(
-                    "a checkpoint past the journal's last group, {}",
+                    "a base past the journal's last group, {}",
                     self.next_group - 1
                 ),
             });
         }
-        // A segment is wholly at or below the checkpoint when the next one starts at or
-        // below the group after it.
+        // A segment is wholly at or below the base when the next one starts at or below the
+        // group after it.
         let deletable = self
             .segments
             .windows(2)
-            .take_while(|w| w[1].first_group <= durable_group + 1)
+            .take_while(|w| w[1].first_group <= base_group + 1)
             .count();
-        crash_point!("checkpoint.before_delete");
+        crash_point!("compact.before_delete");
         let mut deleted = 0;
         let mut result = Ok(());
         for seg in &self.segments[..deletable] {
@@ -680,11 +696,30 @@ impl Journal {
             deleted += 1;
         }
         self.segments.drain(..deleted);
-        if deleted > 0 {
+        let mut removed_base = false;
+        for (group, path, _) in list_bases(&self.dir)? {
+            if group < base_group && result.is_ok() {
+                if let Err(e) = fs::remove_file(&path) {
+                    result = Err(io_at(format!("deleting {}", path.display()))(e));
+                }
+                removed_base = true;
+            }
+        }
+        if deleted > 0 || removed_base {
             sync_dir(&self.dir)?;
         }
-        crash_point!("checkpoint.after_delete");
+        crash_point!("compact.after_delete");
         result.map(|()| deleted)
+    }
+
+    /// The bytes of the segments whose groups are all at or below `group`: what a base at
+    /// `group` would let [`Journal::drop_through`] delete.
+    pub fn bytes_through(&self, group: u64) -> u64 {
+        self.segments
+            .windows(2)
+            .take_while(|w| w[1].first_group <= group + 1)
+            .map(|w| w[0].len)
+            .sum()
     }
 
     /// The number the next appended group must have.
@@ -893,11 +928,193 @@ fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
     Ok(segments)
 }
 
+// ---- reading the log of record ------------------------------------------------------------
+
+/// Where a read of the whole journal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadEnd {
+    /// The last whole group (the `after` given when there is none after it).
+    pub last_group: u64,
+    /// The last fact seq the groups read carry, if any carries one.
+    pub last_seq: Option<u64>,
+    /// Whether a torn tail follows the last whole group (left as it is: the next
+    /// [`Journal::open`] cuts it).
+    pub torn: bool,
+}
+
+/// Reads every group after `after` in `dir`, in order, and gives each to `visit`, changing
+/// nothing: the rebuild's read of the log of record. Refuses, as [`Journal::open`] does,
+/// when the journal does not continue from `after` or is damaged before its end; a torn
+/// tail ends the read. A missing folder holds no group.
+pub fn read_groups(
+    dir: &Path,
+    after: u64,
+    visit: &mut dyn FnMut(Group) -> Result<()>,
+) -> Result<ReadEnd> {
+    if !dir.exists() {
+        return Ok(ReadEnd {
+            last_group: after,
+            last_seq: None,
+            torn: false,
+        });
+    }
+    let segments = list_segments(dir)?;
+    let mut last_seq = None;
+    let scan = scan(dir, &segments, after, &mut |g| {
+        if g.seqs.end > g.seqs.start {
+            last_seq = Some(g.seqs.end - 1);
+        }
+        visit(g)
+    })?;
+    Ok(ReadEnd {
+        last_group: scan.next_group - 1,
+        last_seq,
+        torn: scan.torn.is_some(),
+    })
+}
+
+/// The name of the base of the index at `group`.
+pub fn base_name(group: u64) -> String {
+    format!("{BASE_PREFIX}{group:020}.{BASE_EXT}")
+}
+
+/// The bases in `dir` (group, path, bytes), oldest first.
+pub fn list_bases(dir: &Path) -> Result<Vec<(u64, PathBuf, u64)>> {
+    let mut bases = Vec::new();
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(bases),
+        Err(e) => return Err(io_at(format!("listing {}", dir.display()))(e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(io_at(format!("listing {}", dir.display())))?;
+        let path = entry.path();
+        let group = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix(BASE_PREFIX))
+            .and_then(|n| n.strip_suffix(BASE_EXT))
+            .and_then(|n| n.strip_suffix('.'))
+            .filter(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<u64>().ok());
+        if let Some(group) = group {
+            let len = entry
+                .metadata()
+                .map_err(io_at(format!("reading {}", path.display())))?
+                .len();
+            bases.push((group, path, len));
+        }
+    }
+    bases.sort_by_key(|b| b.0);
+    Ok(bases)
+}
+
+/// Writes a base of the index at `group` from `records` (every record of the index, in any
+/// order): to `base.making`, synced, then renamed to its name and the folder synced, so
+/// that a base found under its name is whole. Returns its size in bytes. An error leaves
+/// at most `base.making`, which the next base replaces.
+pub fn write_base(
+    dir: &Path,
+    group: u64,
+    records: &mut dyn Iterator<Item = std::result::Result<(Vec<u8>, Vec<u8>), String>>,
+) -> Result<u64> {
+    use std::io::Write as _;
+    let making = dir.join(BASE_MAKING);
+    let shown = making.display().to_string();
+    let file = File::create(&making).map_err(io_at(format!("creating {shown}")))?;
+    let mut out = io::BufWriter::with_capacity(BASE_RECORD + 4096, file);
+    let mut chunk = Group::new(group, 0..0);
+    let mut chunk_len = 0usize;
+    let mut written = 0u64;
+    let mut buf = Vec::new();
+    let mut flush_chunk = |chunk: &mut Group, out: &mut io::BufWriter<File>| -> Result<u64> {
+        encode(chunk, &mut buf)?;
+        out.write_all(&buf)
+            .map_err(io_at(format!("writing {shown}")))?;
+        chunk.ops.clear();
+        // Each record of a base says which it is, so that a reader can tell them in order.
+        chunk.seqs = chunk.seqs.start + 1..chunk.seqs.start + 1;
+        Ok(buf.len() as u64)
+    };
+    for record in records {
+        let (key, value) = record.map_err(|detail| JournalError::Io {
+            context: format!("reading the index for {shown}"),
+            source: io::Error::other(detail),
+        })?;
+        chunk_len += key.len() + value.len() + 8;
+        chunk.put(key, value);
+        if chunk_len >= BASE_RECORD {
+            written += flush_chunk(&mut chunk, &mut out)?;
+            chunk_len = 0;
+        }
+    }
+    if !chunk.ops.is_empty() || written == 0 {
+        written += flush_chunk(&mut chunk, &mut out)?;
+    }
+    let file = out
+        .into_inner()
+        .map_err(|e| io_at(format!("writing {shown}"))(e.into_error()))?;
+    file.sync_all().map_err(io_at(format!("syncing {shown}")))?;
+    let path = dir.join(base_name(group));
+    fs::rename(&making, &path).map_err(io_at(format!("renaming {shown} to {}", path.display())))?;
+    sync_dir(dir)?;
+    Ok(written)
+}
+
+/// Reads the base at `path` and gives each of its operations to `visit`, in order. The
+/// base is whole by construction (renamed into place once synced), so any record that
+/// fails its checks is damage: refused.
+pub fn read_base(path: &Path, group: u64, visit: &mut dyn FnMut(Op) -> Result<()>) -> Result<()> {
+    use std::io::Read as _;
+    let file = File::open(path).map_err(io_at(format!("opening {}", path.display())))?;
+    let mut input = io::BufReader::with_capacity(BASE_RECORD + 4096, file);
+    let mut record = Vec::new();
+    let mut at = 0u64;
+    let mut index = 0u64;
+    loop {
+        record.resize(HEADER_LEN, 0);
+        match input.read_exact(&mut record) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && index > 0 => return Ok(()),
+            Err(e) => return Err(io_at(format!("reading {}", path.display()))(e)),
+        }
+        let corrupt = |detail: String| JournalError::Corrupt {
+            segment: path.to_path_buf(),
+            offset: at,
+            detail,
+        };
+        if record[..MAGIC.len()] != MAGIC {
+            return Err(corrupt("no record header where one should begin".into()));
+        }
+        let payload = u32::from_le_bytes(array(&record[8..12])) as usize;
+        record.resize(HEADER_LEN + payload, 0);
+        input
+            .read_exact(&mut record[HEADER_LEN..])
+            .map_err(|e| corrupt(format!("a record cut short: {e}")))?;
+        let Frame::Whole(header) = frame_at(&record, 0) else {
+            return Err(corrupt("a record failing its checks".into()));
+        };
+        header.check().map_err(corrupt)?;
+        if header.group != group || header.seqs.start != index {
+            return Err(corrupt(format!(
+                "record {} of base {} where record {index} of base {group} belongs",
+                header.seqs.start, header.group
+            )));
+        }
+        let ops = decode_ops(&record[header.payload.clone()])
+            .map_err(|d| corrupt(format!("a whole record whose payload does not decode: {d}")))?;
+        for op in ops {
+            visit(op)?;
+        }
+        at += record.len() as u64;
+        index += 1;
+    }
+}
+
 // ---- scanning --------------------------------------------------------------------------
 
 /// What the scan of the segments decided, before anything is changed.
 struct Scan {
-    groups: Vec<Group>,
     next_group: u64,
     /// Per segment: where its records end, if it was read.
     ends: Vec<Option<u64>>,
@@ -912,7 +1129,15 @@ struct Torn {
     reason: &'static str,
 }
 
-fn scan(dir: &Path, segments: &[Segment], checkpoint: u64) -> Result<Scan> {
+/// Reads the segments that may hold groups after `checkpoint` and gives each such group to
+/// `visit`, in order, as it is read: a caller that must not act on a journal found damaged
+/// further on reads it twice, or collects first.
+fn scan(
+    dir: &Path,
+    segments: &[Segment],
+    checkpoint: u64,
+    visit: &mut dyn FnMut(Group) -> Result<()>,
+) -> Result<Scan> {
     // Segments whose groups are all at or below the checkpoint are not read.
     let first_read = segments
         .windows(2)
@@ -933,7 +1158,6 @@ fn scan(dir: &Path, segments: &[Segment], checkpoint: u64) -> Result<Scan> {
         });
     }
     let mut ends = vec![None; segments.len()];
-    let mut groups = Vec::new();
     let mut torn = None;
     'segments: for (i, seg) in segments.iter().enumerate().skip(first_read) {
         let bytes =
@@ -994,11 +1218,11 @@ fn scan(dir: &Path, segments: &[Segment], checkpoint: u64) -> Result<Scan> {
                         let ops = decode_ops(&bytes[header.payload.clone()]).map_err(|d| {
                             corrupt(format!("a whole record whose payload does not decode: {d}"))
                         })?;
-                        groups.push(Group {
+                        visit(Group {
                             number: header.group,
                             seqs: header.seqs.clone(),
                             ops,
-                        });
+                        })?;
                     }
                     expected += 1;
                     at = header.payload.end;
@@ -1020,7 +1244,6 @@ fn scan(dir: &Path, segments: &[Segment], checkpoint: u64) -> Result<Scan> {
         .as_ref()
         .map_or(0, |t: &Torn| segments.len() - t.segment - 1);
     Ok(Scan {
-        groups,
         next_group: expected,
         ends,
         torn,

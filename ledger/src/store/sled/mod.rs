@@ -44,8 +44,9 @@ use crate::store::{
 /// fourth pass); without it the macro is nothing. The points, in a commit's order:
 /// `journal.before_write` (sealed, nothing written), `journal.after_write` (written, not
 /// synced), `journal.after_sync` (durable in the journal, not in sled), `sync.after_apply`
-/// (in sled's memory, nobody told); and in a checkpoint, with sled flushed,
-/// `checkpoint.before_delete` and `checkpoint.after_delete`.
+/// (in sled's memory, nobody told); in a compaction, with its base durable,
+/// `compact.before_delete` and `compact.after_delete`; and in a rebuild of the index,
+/// `rebuild.after_base`.
 macro_rules! crash_point {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]
@@ -63,6 +64,7 @@ mod committer;
 pub mod journal;
 mod keys;
 mod log;
+mod rebuild;
 mod records;
 mod statements;
 mod verify;
@@ -105,6 +107,15 @@ pub struct SledConfig {
     pub checkpoint_bytes: u64,
     /// ...or once this much time passed with something written.
     pub checkpoint_interval: Duration,
+    /// A checkpoint also compacts the journal (writes a new base of the index and deletes
+    /// the segments below it) once the segments it would delete hold this many bytes, and
+    /// at least as many as the last base: the journal then stays within about twice the
+    /// index's size, and each byte of the index is rewritten at most once per byte of
+    /// journal written.
+    pub compact_bytes: u64,
+    /// Told a line at each step of a rebuild of the index and of a base written at open,
+    /// both of which can take a while on a large ledger.
+    pub progress: Progress,
     /// `verify` reads the key records and statement entries on a second thread while it
     /// folds the log. On two cores both threads compete with the committer, so a serving
     /// ledger runs both at the lowest priority (nice 19): they take only the CPU the
@@ -134,6 +145,8 @@ impl SledConfig {
             },
             checkpoint_bytes: 8 * 1024 * 1024,
             checkpoint_interval: Duration::from_secs(2),
+            compact_bytes: 64 * 1024 * 1024,
+            progress: Progress::default(),
             verify_yields: true,
             in_flight_wait: Duration::from_millis(20),
             clock: Arc::new(SystemClock),
@@ -155,6 +168,109 @@ impl SledConfig {
         self.in_flight_wait = wait;
         self
     }
+}
+
+/// Where a long step of opening reports its progress (nowhere by default).
+#[derive(Clone, Default)]
+pub struct Progress(Option<Arc<dyn Fn(&str) + Send + Sync>>);
+
+impl Progress {
+    pub fn new(say: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(say)))
+    }
+
+    pub(crate) fn say(&self, line: &str) {
+        if let Some(say) = &self.0 {
+            say(line);
+        }
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Progress(..)"
+        } else {
+            "Progress(none)"
+        })
+    }
+}
+
+/// sled's settings for a ledger's index.
+fn sled_config(config: &SledConfig) -> sled::Config {
+    sled::Config::new()
+        .path(&config.path)
+        .cache_capacity(config.cache_capacity_bytes)
+        .mode(sled::Mode::HighThroughput)
+        // Durability is the journal's: sled's buffers reach the disk when they fill and at
+        // checkpoints, never on a timer of sled's own that would compete with the journal's
+        // syncs.
+        .flush_every_ms(None)
+}
+
+/// What reads sled opened as, with its checks passed.
+struct Index {
+    db: sled::Db,
+    tree: sled::Tree,
+    journal: journal::Journal,
+    replayed_groups: u64,
+    checkpoint_at_open: u64,
+    stats: Option<Stats>,
+    last_fact: Option<Fact>,
+    balances: Balances,
+}
+
+/// Opens sled and replays the journal into it. An error that says sled's files cannot be
+/// trusted (sled refuses them or panics on them, or they disagree with the journal) comes
+/// back as `Err((e, true))`: the index can be rebuilt from the journal; any other (the
+/// journal damaged in its middle, the folder locked, a failing disk) as `Err((e, false))`.
+fn open_index(
+    config: &SledConfig,
+    shown: &str,
+    released: &mut LockReleased,
+) -> std::result::Result<Index, (LedgerError, bool)> {
+    // sled 0.34 panics on some damage (a torn write of its log between two checkpoints):
+    // that is a damaged index like any other, not a reason for the worker to die.
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let db = sled_config(config).open()?;
+        let tree = db.open_tree("ledger")?;
+        Ok::<_, sled::Error>((db, tree))
+    }));
+    let (db, tree) = match opened {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(e)) => return Err(heal(open_err(shown, e))),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            return Err((
+                LedgerError::Corrupt {
+                    path: shown.to_owned(),
+                    detail: format!("sled panicked while opening: {what}"),
+                },
+                true,
+            ));
+        }
+    };
+    released.data_file = Some(config.path.join("db"));
+    let (journal, replayed_groups, checkpoint_at_open) = replay_journal(&tree, config, shown)?;
+    let (stats, last_fact) = check_tail(&tree, shown).map_err(heal)?;
+    if stats.is_some() {
+        statements::complete(&db, &tree, shown).map_err(heal)?;
+    }
+    let balances = load_balances(&tree, shown).map_err(heal)?;
+    Ok(Index {
+        balances,
+        db,
+        tree,
+        journal,
+        replayed_groups,
+        checkpoint_at_open,
+        stats,
+        last_fact,
+    })
 }
 
 /// What readers see: only what is durable.
@@ -272,29 +388,39 @@ impl SledStore {
         let started = Instant::now();
         let path = config.path.clone();
         let shown = path.display().to_string();
+        rebuild::ensure_folder(&path)?;
+        let mut rebuilt = None;
+        if path.join(rebuild::REBUILDING).exists() {
+            rebuilt = Some(rebuild::rebuild(
+                &config,
+                "a rebuild of the index did not finish",
+            )?);
+        }
         // Dropped after `db`, also when opening fails below once sled has opened.
         let mut released = LockReleased { data_file: None };
-        let db = sled::Config::new()
-            .path(&path)
-            .cache_capacity(config.cache_capacity_bytes)
-            .mode(sled::Mode::HighThroughput)
-            // Durability is the journal's: sled's buffers reach the disk when they fill and
-            // at checkpoints, never on a timer of sled's own that would compete with the
-            // journal's syncs.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| open_err(&shown, e))?;
-        released.data_file = Some(path.join("db"));
-        let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
-        let (journal, replayed_groups, checkpoint_at_open) =
-            replay_journal(&tree, &config, &shown)?;
-        let (stats, last_fact) = check_tail(&tree, &shown)?;
+        let index = match open_index(&config, &shown, &mut released) {
+            Ok(index) => index,
+            Err((e, true)) if rebuilt.is_none() && rebuild::log_is_complete(&path)? => {
+                drop(released);
+                wait_until_released(&path);
+                rebuilt = Some(rebuild::rebuild(&config, &e.to_string())?);
+                released = LockReleased { data_file: None };
+                open_index(&config, &shown, &mut released).map_err(|(e, _)| e)?
+            }
+            Err((e, _)) => return Err(e),
+        };
+        let Index {
+            db,
+            tree,
+            journal,
+            replayed_groups,
+            checkpoint_at_open,
+            stats,
+            last_fact,
+            balances,
+        } = index;
         let fresh = stats.is_none();
-        if !fresh {
-            statements::complete(&db, &tree, &shown)?;
-        }
         let stats = stats.unwrap_or_default();
-        let balances = load_balances(&tree, &shown)?;
         let data_file = if config.fsync {
             Some(File::open(path.join("db")).map_err(|e| {
                 LedgerError::Unavailable(format!("opening the data file for fdatasync: {e}"))
@@ -310,7 +436,8 @@ impl SledStore {
             accounts: balances.accounts.keys().filter(|a| !a.is_system()).count(),
             last_fact_at: last_fact.as_ref().map(|f| f.at.to_rfc3339()),
             replayed_groups,
-            open_ms: started.elapsed().as_millis(),
+            rebuilt,
+            open_ms: 0,
         };
         let next_group = journal.next_group();
         let observed = stats.observed;
@@ -349,6 +476,27 @@ impl SledStore {
                 .write_new_ledger()
                 .map_err(|e| open_err_l(&shown, e))?;
         }
+        // The log of record starts at a base. A new ledger's is its first records; a
+        // ledger last opened by a build that deleted old segments gets one of its whole
+        // index now, once, before anything else is written.
+        let base_bytes = match journal::list_bases(&shared.path.join(JOURNAL_DIR))?.pop() {
+            Some((_, _, bytes)) => bytes,
+            None => {
+                if !fresh {
+                    shared.config.progress.say(&format!(
+                        "writing the journal's base from the index of {shown} (once)"
+                    ));
+                }
+                rebuild::write_base(&shared.tree, &shared.path, next_group - 1)?
+            }
+        };
+        {
+            let mut m = shared.metrics.lock();
+            m.journal_base_bytes = base_bytes;
+            m.index_rebuilds = u64::from(report.rebuilt.is_some());
+        }
+        let mut report = report;
+        report.open_ms = started.elapsed().as_millis();
         let (tx, rx) = crossbeam_channel::unbounded();
         let lead = Arc::new(Lead::new(
             Committer::new(shared.clone(), next_group),
@@ -368,6 +516,21 @@ impl SledStore {
             },
             report,
         ))
+    }
+
+    /// Rebuilds the index of the ledger at `config.path` from its journal on demand, as an
+    /// open does when it finds the index damaged: sled's files are moved aside into a
+    /// `damaged-<time>` folder and a new index is built from the journal's base and every
+    /// group after it. The ledger must not be open (`Locked` otherwise); a journal damaged
+    /// in its middle, or one with no base, refuses and changes nothing.
+    pub fn repair(config: &SledConfig) -> Result<crate::store::IndexRebuild> {
+        if !config.path.join(JOURNAL_DIR).is_dir() {
+            return Err(LedgerError::Unavailable(format!(
+                "there is no ledger at {} (no journal folder)",
+                config.path.display()
+            )));
+        }
+        rebuild::rebuild(config, "a repair was asked for")
     }
 
     pub fn path(&self) -> &Path {
@@ -660,30 +823,43 @@ impl Drop for SledStore {
 /// Opens the ledger's journal and replays into sled every group after the last checkpoint
 /// (`v.journal`, the last group sled holds durably): after a crash sled may hold any part
 /// of them, or none. Returns the journal, ready for the next group, how many groups were
-/// replayed, and the checkpoint. A torn tail is cut off; damage followed by valid
-/// records, or a journal that does not continue sled, refuses to open.
+/// replayed, and the checkpoint. A torn tail is cut off. Damage in the journal followed by
+/// valid records refuses to open (`Err((e, false))`); a journal that does not continue
+/// sled's checkpoint says sled is not to be trusted (`Err((e, true))`).
 fn replay_journal(
     tree: &sled::Tree,
     config: &SledConfig,
     shown: &str,
-) -> Result<(journal::Journal, u64, u64)> {
-    let held = match tree.get(GROUP_KEY).map_err(|e| open_err(shown, e))? {
+) -> std::result::Result<(journal::Journal, u64, u64), (LedgerError, bool)> {
+    let held = match tree.get(GROUP_KEY).map_err(|e| heal(open_err(shown, e)))? {
         None => 0,
-        Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| LedgerError::Corrupt {
-            path: shown.to_owned(),
-            detail: "the journal group record has the wrong length".into(),
+        Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
+            heal(LedgerError::Corrupt {
+                path: shown.to_owned(),
+                detail: "the journal group record has the wrong length".into(),
+            })
         })?),
     };
     let mut options = config.journal.clone();
     if !config.fsync {
         options.sync = journal::SyncMode::Never;
     }
-    let (journal, recovery) =
-        journal::Journal::open(&config.path.join(JOURNAL_DIR), options, held)?;
+    let (journal, recovery) = journal::Journal::open(&config.path.join(JOURNAL_DIR), options, held)
+        .map_err(|e| {
+            let sled_is_wrong = matches!(e, journal::JournalError::Discontinuous { .. });
+            (LedgerError::from(e), sled_is_wrong)
+        })?;
     for group in &recovery.groups {
-        group.apply(tree).map_err(|e| open_err(shown, e))?;
+        group.apply(tree).map_err(|e| heal(open_err(shown, e)))?;
     }
     Ok((journal, recovery.groups.len() as u64, held))
+}
+
+/// An error met while opening the index, marked as one a rebuild from the journal heals
+/// when it says sled's files are damaged.
+fn heal(e: LedgerError) -> (LedgerError, bool) {
+    let damaged = matches!(e, LedgerError::Corrupt { .. });
+    (e, damaged)
 }
 
 /// Reads the stats record (`None`: a new ledger) and the log's last fact, and checks that

@@ -739,7 +739,7 @@ fn a_checkpoint_deletes_exactly_the_segments_wholly_at_or_below_it() {
         let (mut journal, _) = open(copy.path(), &opts, checkpoint);
         let before = journal.stats();
         let deleted = journal
-            .checkpoint(checkpoint)
+            .drop_through(checkpoint)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         // Segment i holds groups firsts[i] .. firsts[i + 1] - 1; the last is kept.
         let kept: Vec<String> = firsts
@@ -779,11 +779,11 @@ fn a_checkpoint_past_the_journal_is_refused_and_deletes_nothing() {
     let (mut journal, _) = open(dir.path(), &opts, 0);
     append_all(&mut journal, &gs);
     let before = files(dir.path());
-    let err = journal.checkpoint(31).expect_err("past the end");
+    let err = journal.drop_through(31).expect_err("past the end");
     assert!(err.to_string().contains("last group, 30"), "{err}");
     assert_eq!(files(dir.path()), before);
     assert_eq!(
-        journal.checkpoint(30).expect("at the end"),
+        journal.drop_through(30).expect("at the end"),
         before.len() - 1
     );
 }
@@ -1067,7 +1067,7 @@ mod crash {
         } else {
             append_all(&mut journal, &gs);
             fail::cfg(&point, "return").expect("arming the point");
-            let _ = journal.checkpoint(20);
+            let _ = journal.drop_through(20);
         }
         // Still alive: the point was not passed. The parent sees a clean exit.
     }
@@ -1117,12 +1117,12 @@ mod crash {
         let (mut journal, _) = open(reference.path(), &opts(), 0);
         append_all(&mut journal, &gs);
         let all = files(reference.path());
-        journal.checkpoint(20).expect("a checkpoint");
+        journal.drop_through(20).expect("a checkpoint");
         let kept = files(reference.path());
         assert!(kept.len() < all.len(), "checkpoint 20 deletes a segment");
         for (point, expected) in [
-            ("checkpoint.before_delete", &all),
-            ("checkpoint.after_delete", &kept),
+            ("compact.before_delete", &all),
+            ("compact.after_delete", &kept),
         ] {
             let dir = crash_at(point);
             assert_eq!(&files(dir.path()), expected, "{point}");
