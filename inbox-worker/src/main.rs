@@ -162,6 +162,11 @@ struct ServeArgs {
     /// that finds its lane idle never waits).
     #[arg(long, default_value = "0ms", value_parser = parse_group_wait, env = "IDEM_PG_GROUP_WAIT", hide_env_values = true)]
     pg_group_wait: Duration,
+    /// Open a PostgreSQL store even when the server runs with fsync, full_page_writes or
+    /// synchronous_commit off, which can lose acknowledged commands when its machine
+    /// crashes: for a throwaway test server only.
+    #[arg(long)]
+    pg_allow_unsafe_settings: bool,
     /// Address to listen on (port 0: one the system picks; the worker prints it). Without
     /// tokens only loopback addresses are allowed.
     #[arg(
@@ -468,6 +473,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pg_lanes: usize::try_from(args.pg_lanes).unwrap_or(1),
         pg_group_max: usize::try_from(args.pg_group_max).unwrap_or(1),
         pg_group_wait: args.pg_group_wait,
+        pg_allow_unsafe_settings: args.pg_allow_unsafe_settings,
         amqp: args.amqp.filter(|u| !u.is_empty()).map(|url| {
             let mut o = inbox_worker::inbox::amqp::AmqpOptions::new(url, args.queue.clone());
             o.prefetch = args.prefetch.max(1);

@@ -4,7 +4,7 @@
 //! file system, and beside the 8-submitter row a bare group commit of 8 threads), with
 //! their ratios; then the cost of a ledger of many facts: bytes on disk
 //! per fact, the time to open it after a clean shutdown and after a `kill -9` (with the
-//! journal's replay), and verify's speed.
+//! journal's replay), verify's speed, and the rebuild of the index from the journal.
 //! IDEM_BENCH_SECS (default 3) sets each run's length, IDEM_BENCH_FACTS (1,000,000) the
 //! size of the large ledger, IDEM_BENCH_JOURNAL_SYNC=dsync writes the journal with
 //! `O_DSYNC` instead of `fdatasync`, IDEM_BENCH_CHECKPOINT_MS and IDEM_BENCH_CHECKPOINT_KIB
@@ -418,10 +418,10 @@ fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
     let secs = if quick { 1 } else { env("IDEM_BENCH_SECS", 3) };
     let only = std::env::var("IDEM_BENCH_ONLY").ok();
-    if only.as_deref() != Some("large") {
+    if !matches!(only.as_deref(), Some("large" | "rebuild")) {
         durable_commands(secs, only.as_deref());
     }
-    large_ledger(quick);
+    large_ledger(quick, only.as_deref() == Some("rebuild"));
 }
 
 /// One row of the first part's table.
@@ -559,7 +559,7 @@ fn durable_commands(secs: u64, only: Option<&str>) {
 }
 
 /// The second part: a large ledger's bytes per fact, its opening, and verify's speed.
-fn large_ledger(quick: bool) {
+fn large_ledger(quick: bool, rebuild_only: bool) {
     let facts = if quick {
         20_000
     } else {
@@ -608,6 +608,10 @@ fn large_ledger(quick: bool) {
     }
     opens.sort_unstable();
     println!("open {n} facts: median {} ms (runs {:?})", opens[1], opens);
+    if rebuild_only {
+        rebuild_beside_verify(&path);
+        return;
+    }
 
     // After a kill -9: a child process writes new keys into the same ledger with 64
     // threads and is killed mid-write; the open then replays what sled did not hold.
@@ -686,16 +690,9 @@ fn large_ledger(quick: bool) {
     l.blocking().shutdown();
     drop(l);
 
-    // The offline `verify` command: nothing else running, its threads (the log's reader,
-    // the fold, the key records and statement entries) at full priority.
-    let (l, _) = SledStore::open(SledConfig {
-        verify_yields: false,
-        ..SledConfig::new(&path)
-    })
-    .unwrap();
-    println!("verify alone, at full priority: {}", timed_verify(&l));
-    l.blocking().shutdown();
-    drop(l);
+    // The offline `verify` command (nothing else running, its threads at full priority),
+    // and the rebuild of the index beside it.
+    rebuild_beside_verify(&path);
 
     // The floor under that: sled's own iteration over the same facts, key records and
     // statement records, reading nothing but the bytes, on one thread and on two (as
@@ -733,6 +730,56 @@ fn large_ledger(quick: bool) {
         keys_n as f64 / one,
         keys_n as f64 / two,
     );
+}
+
+/// The offline verify of the ledger at `path`, then the rebuild of its index from the
+/// journal (as an open does when sled's files are damaged), with the rebuild's rate as a
+/// ratio to verify's, and the bytes on disk of the log of record and of the index.
+fn rebuild_beside_verify(path: &std::path::Path) {
+    let (l, opened) = SledStore::open(SledConfig {
+        verify_yields: false,
+        ..SledConfig::new(path)
+    })
+    .unwrap();
+    let n = opened.facts;
+    let t = Instant::now();
+    let alone = timed_verify(&l);
+    let verify_rate = n as f64 / t.elapsed().as_secs_f64();
+    println!("verify alone, at full priority: {alone}");
+    l.blocking().shutdown();
+    drop(l);
+
+    // The index rebuilt from the log of record (the journal's base and the groups after
+    // it), as an open does when sled's files are damaged, beside verify's reading rate.
+    let journal_bytes = dir_size(&path.join(ledger::store::sled::JOURNAL_DIR));
+    let all_bytes = dir_size(path);
+    println!(
+        "on disk: the journal (the log of record) {:.1} MiB = {:.0} bytes per fact, the \
+         index (sled) {:.1} MiB = {:.0} bytes per fact, {:.0} bytes per fact in all",
+        journal_bytes as f64 / 1048576.0,
+        journal_bytes as f64 / n as f64,
+        (all_bytes - journal_bytes) as f64 / 1048576.0,
+        (all_bytes - journal_bytes) as f64 / n as f64,
+        all_bytes as f64 / n as f64,
+    );
+    let t = Instant::now();
+    let mut config = SledConfig::new(path);
+    config.progress = Progress::new(move |line| {
+        println!("  {:>6.2} s  {line}", t.elapsed().as_secs_f64());
+    });
+    let rebuilt = SledStore::repair(&config).unwrap();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "rebuild of the index from the journal: {n} facts in {secs:.2} s ({:.0} facts/s, \
+         {:.2}x verify alone's rate); the base at group {} and {} groups after it",
+        n as f64 / secs,
+        n as f64 / secs / verify_rate,
+        rebuilt.base_group,
+        rebuilt.groups,
+    );
+    if let Some(aside) = rebuilt.aside {
+        std::fs::remove_dir_all(aside).unwrap();
+    }
 }
 
 /// Runs a verify and says how it went: "N facts in S s (R facts/s), ok".

@@ -1,6 +1,7 @@
 //! Shared pieces of the end-to-end tests: the deterministic workload that crash children
 //! run, so the parent can tell which command a key stands for.
 
+pub mod power;
 pub mod sim;
 
 use ledger::{Account, Amount, Command, Currency, Key};

@@ -122,6 +122,7 @@ pub async fn open_store(config: &ServeConfig) -> anyhow::Result<Arc<dyn Store>> 
             lanes: config.pg_lanes,
             group_max: config.pg_group_max,
             group_wait: config.pg_group_wait,
+            allow_unsafe_settings: config.pg_allow_unsafe_settings,
             ..ledger::PgConfig::default()
         };
         let (store, report) = ledger::PgStore::open(url, rules, options)

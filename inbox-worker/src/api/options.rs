@@ -58,6 +58,8 @@ pub struct ServeConfig {
     pub pg_group_max: usize,
     /// How long a PostgreSQL group stays open for more commands, from its first's arrival.
     pub pg_group_wait: Duration,
+    /// Open PostgreSQL even with fsync, full_page_writes or synchronous_commit off.
+    pub pg_allow_unsafe_settings: bool,
     /// Consume inbox messages from RabbitMQ too.
     pub amqp: Option<AmqpOptions>,
     pub listen: SocketAddr,
@@ -76,6 +78,7 @@ impl ServeConfig {
             pg_lanes: ledger::PgConfig::default().lanes,
             pg_group_max: ledger::PgConfig::default().group_max,
             pg_group_wait: Duration::ZERO,
+            pg_allow_unsafe_settings: false,
             amqp: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
             retention: Duration::from_secs(24 * 3600),

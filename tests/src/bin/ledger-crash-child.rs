@@ -28,12 +28,34 @@ fn main() {
             std::process::exit(2);
         }
     }
-    // A small journal: segments fill, checkpoints delete them, and crashes land in the
-    // middle of both within seconds.
+    // With IDEM_SYNCED_COPY=DIR, each checkpoint copies the index's files to DIR once
+    // they are synced: the state a power loss falls back to (`idem_tests::power`).
+    if let Ok(to) = std::env::var("IDEM_SYNCED_COPY") {
+        let ledger = std::path::PathBuf::from(&path);
+        let copied = fail::cfg_callback("checkpoint.synced", move || {
+            if let Err(e) = idem_tests::power::copy_index(&ledger, std::path::Path::new(&to)) {
+                eprintln!("copying the synced index failed: {e}");
+            }
+        });
+        if let Err(e) = copied {
+            eprintln!("arming checkpoint.synced failed: {e}");
+            std::process::exit(2);
+        }
+    }
+    // A small journal: segments fill, checkpoints and compactions come often, and crashes
+    // land in the middle of all of them within seconds.
     let mut config = SledConfig::new(path);
     config.journal.segment_size = 256 * 1024;
-    config.checkpoint_bytes = 16 * 1024;
-    config.checkpoint_interval = std::time::Duration::from_millis(100);
+    // IDEM_CHECKPOINT_KIB: the journal written between checkpoints (16 KiB, and one every
+    // 100 ms). Larger, sled writes its buffers in larger pieces at each checkpoint.
+    let checkpoint_kib: u64 = std::env::var("IDEM_CHECKPOINT_KIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16);
+    config.checkpoint_bytes = checkpoint_kib * 1024;
+    config.checkpoint_interval =
+        std::time::Duration::from_millis(100.max(checkpoint_kib.min(2000)));
+    config.compact_bytes = 512 * 1024;
     let (ledger, report) = match SledStore::open(config) {
         Ok(x) => x,
         Err(e) => {
@@ -42,6 +64,12 @@ fn main() {
         }
     };
     eprintln!("{report}");
+    // IDEM_KEY_SPACE: how many distinct keys the workload draws from (3000). A small space
+    // makes most commands retries; a large one keeps groups, and checkpoints, coming.
+    let space: u64 = std::env::var("IDEM_KEY_SPACE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000);
     let out = Arc::new(std::sync::Mutex::new(std::io::stdout()));
     let threads: Vec<_> = (0..8u64)
         .map(|t| {
@@ -51,7 +79,7 @@ fn main() {
                 let client = ClientId::default_client();
                 loop {
                     // A small key space: many keys repeat within and across runs.
-                    let n = rng.random_range(0..3000u64);
+                    let n = rng.random_range(0..space);
                     let key = idem_tests::workload_key(n);
                     let command = idem_tests::workload_command(n);
                     match ledger.blocking().submit(&client, &key, command) {

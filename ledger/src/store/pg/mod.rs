@@ -195,6 +195,10 @@ pub struct PgConfig {
     /// once, which is faster when the server has cores of its own to spare and no faster
     /// when it shares the client's (BENCHMARKS.md, "Verify on PostgreSQL").
     pub verify_sessions: usize,
+    /// Open even when the server's settings let it lose commits it acknowledged after a
+    /// crash of its machine (`fsync`, `full_page_writes` or `synchronous_commit` off): for
+    /// throwaway test servers only. Refused otherwise.
+    pub allow_unsafe_settings: bool,
 }
 
 impl Default for PgConfig {
@@ -208,6 +212,7 @@ impl Default for PgConfig {
             schema: "idem".into(),
             connect_timeout: Duration::from_secs(5),
             verify_sessions: 1,
+            allow_unsafe_settings: false,
         }
     }
 }
@@ -624,6 +629,33 @@ impl PgStore {
     async fn check_on_open(&self, fresh: bool) -> Result<OpenReport> {
         let conn = self.conn().await?;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
+        // A commit is acknowledged once PostgreSQL says it is durable; that holds only with
+        // these on (a crash of the machine otherwise loses or tears what it acknowledged).
+        let settings = conn
+            .query_one(
+                "SELECT current_setting('fsync'), current_setting('full_page_writes'), \
+                        current_setting('synchronous_commit')",
+                &[],
+            )
+            .await
+            .map_err(pg)?;
+        let unsafe_settings: Vec<String> = ["fsync", "full_page_writes", "synchronous_commit"]
+            .iter()
+            .enumerate()
+            .filter_map(|(i, name)| {
+                let value: String = settings.get(i);
+                (value == "off").then(|| format!("{name} = off"))
+            })
+            .collect();
+        if !unsafe_settings.is_empty() && !self.inner.options.allow_unsafe_settings {
+            return Err(LedgerError::Unavailable(format!(
+                "the PostgreSQL server runs with {}: a crash of its machine can lose commands \
+                 it acknowledged, and Idem answers a command only once its commit is \
+                 durable. Set them on (postgresql.conf), or pass \
+                 --pg-allow-unsafe-settings for a throwaway test server",
+                unsafe_settings.join(", ")
+            )));
+        }
         let sums = conn
             .query(
                 "SELECT currency, sum(balance)::text FROM ( \

@@ -413,10 +413,15 @@ impl Journal {
         }
         let mut segments = list_segments(dir)?;
         let mut groups = Vec::new();
-        let scan = scan(dir, &segments, checkpoint, &mut |g| {
-            groups.push(g);
-            Ok(())
-        })?;
+        let scan = scan(
+            dir,
+            &segments,
+            checkpoint,
+            Some(&mut |g| {
+                groups.push(g);
+                Ok(())
+            }),
+        )?;
 
         // Decided: from here on, only the cut of a torn tail (or of an empty last segment)
         // changes anything.
@@ -935,40 +940,31 @@ fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
 pub struct ReadEnd {
     /// The last whole group (the `after` given when there is none after it).
     pub last_group: u64,
-    /// The last fact seq the groups read carry, if any carries one.
-    pub last_seq: Option<u64>,
     /// Whether a torn tail follows the last whole group (left as it is: the next
     /// [`Journal::open`] cuts it).
     pub torn: bool,
 }
 
 /// Reads every group after `after` in `dir`, in order, and gives each to `visit`, changing
-/// nothing: the rebuild's read of the log of record. Refuses, as [`Journal::open`] does,
-/// when the journal does not continue from `after` or is damaged before its end; a torn
-/// tail ends the read. A missing folder holds no group.
+/// nothing: the rebuild's read of the log of record. With no `visit`, only checks the
+/// records (see [`scan`]). Refuses, as [`Journal::open`] does, when the journal does not
+/// continue from `after` or is damaged before its end; a torn tail ends the read. A
+/// missing folder holds no group.
 pub fn read_groups(
     dir: &Path,
     after: u64,
-    visit: &mut dyn FnMut(Group) -> Result<()>,
+    visit: Option<&mut dyn FnMut(Group) -> Result<()>>,
 ) -> Result<ReadEnd> {
     if !dir.exists() {
         return Ok(ReadEnd {
             last_group: after,
-            last_seq: None,
             torn: false,
         });
     }
     let segments = list_segments(dir)?;
-    let mut last_seq = None;
-    let scan = scan(dir, &segments, after, &mut |g| {
-        if g.seqs.end > g.seqs.start {
-            last_seq = Some(g.seqs.end - 1);
-        }
-        visit(g)
-    })?;
+    let scan = scan(dir, &segments, after, visit)?;
     Ok(ReadEnd {
         last_group: scan.next_group - 1,
-        last_seq,
         torn: scan.torn.is_some(),
     })
 }
@@ -1131,12 +1127,13 @@ struct Torn {
 
 /// Reads the segments that may hold groups after `checkpoint` and gives each such group to
 /// `visit`, in order, as it is read: a caller that must not act on a journal found damaged
-/// further on reads it twice, or collects first.
+/// further on reads it twice, or collects first. With no `visit`, the records are checked
+/// (framing, checksum, numbering) but their operations not decoded.
 fn scan(
     dir: &Path,
     segments: &[Segment],
     checkpoint: u64,
-    visit: &mut dyn FnMut(Group) -> Result<()>,
+    mut visit: Option<&mut dyn FnMut(Group) -> Result<()>>,
 ) -> Result<Scan> {
     // Segments whose groups are all at or below the checkpoint are not read.
     let first_read = segments
@@ -1214,7 +1211,9 @@ fn scan(
                             header.group
                         )));
                     }
-                    if header.group > checkpoint {
+                    if header.group > checkpoint
+                        && let Some(visit) = visit.as_mut()
+                    {
                         let ops = decode_ops(&bytes[header.payload.clone()]).map_err(|d| {
                             corrupt(format!("a whole record whose payload does not decode: {d}"))
                         })?;

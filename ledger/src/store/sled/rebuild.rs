@@ -9,14 +9,14 @@
 //! is whole and synced. An open that finds the marker throws away the partial index and
 //! rebuilds again.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::committer::flush_sled;
 use super::journal::{self, Op};
-use super::records::{GROUP_KEY, io_err};
+use super::records::{GROUP_KEY, P_ACCOUNT, P_KEY, P_STATEMENT, STATS_KEY, io_err};
 use super::{JOURNAL_DIR, SledConfig, open_err, sled_config};
 use crate::store::{IndexRebuild, LedgerError};
 
@@ -26,10 +26,10 @@ type Result<T, E = LedgerError> = std::result::Result<T, E>;
 pub(super) const REBUILDING: &str = "rebuilding";
 /// The folder, inside the ledger's, that damaged index files are moved into.
 const ASIDE_PREFIX: &str = "damaged-";
-/// The operations replayed are gathered (the last value of each key wins) up to about this
-/// many bytes before they go into sled in key order: the balances, statement runs and stats
-/// that every group rewrites reach sled once per batch instead of once per group.
-const BATCH_BYTES: usize = 64 << 20;
+/// Key records handed to their writer at a time.
+const KEYS_BATCH: usize = 4096;
+/// sled's cache while it rebuilds the index.
+const REBUILD_CACHE: u64 = 1 << 30;
 /// A progress line every this many groups.
 const PROGRESS_EVERY: u64 = 100_000;
 
@@ -95,7 +95,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
     };
     // Read the whole journal once before anything is changed: damage in its middle
     // refuses the rebuild here, with the damaged index still in place.
-    let end = journal::read_groups(&dir, base_group, &mut |_| Ok(()))?;
+    let end = journal::read_groups(&dir, base_group, None)?;
     progress(format!(
         "rebuilding the index of {shown} from the journal ({reason}): the base at group \
          {base_group}, then groups {} to {}",
@@ -111,7 +111,14 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         }
     }
     let interrupted = path.join(REBUILDING).exists();
-    fs::File::create(path.join(REBUILDING))
+    // The marker says why, for the open that finishes a rebuild a crash interrupted.
+    let why = if interrupted {
+        fs::read_to_string(path.join(REBUILDING)).unwrap_or_default()
+    } else {
+        reason.to_owned()
+    };
+    fs::write(path.join(REBUILDING), why.as_bytes())
+        .and_then(|()| fs::File::open(path.join(REBUILDING)))
         .and_then(|f| f.sync_all())
         .map_err(|e| LedgerError::Unavailable(format!("writing {shown}/{REBUILDING}: {e}")))?;
     sync_dir(path)?;
@@ -125,35 +132,23 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
     };
     sync_dir(path)?;
 
+    // A cache that holds the index being built: the key records arrive in no order, and
+    // with the serving default (64 MiB) sled would evict and read back leaves all along.
     let db = sled_config(config)
+        .cache_capacity(config.cache_capacity_bytes.max(REBUILD_CACHE))
         .open()
         .map_err(|e| open_err(&shown, e))?;
     let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
-    let mut batch = Batch::default();
-    journal::read_base(&base_path, base_group, &mut |op| {
-        batch.add(op, &tree)?;
-        Ok(())
-    })
-    .map_err(LedgerError::from)?;
-    crash_point!("rebuild.after_base");
-    let mut groups = 0u64;
-    let last = journal::read_groups(&dir, base_group, &mut |group| {
-        for op in group.ops {
-            batch.add(op, &tree)?;
-        }
-        groups += 1;
-        if groups % PROGRESS_EVERY == 0 {
-            progress(format!(
-                "rebuilding: group {} of {} ({} facts)",
-                group.number,
-                end.last_group,
-                group.seqs.end.saturating_sub(1)
-            ));
-        }
-        Ok(())
-    })?;
-    batch.apply(&tree)?;
-    tree.insert(GROUP_KEY, &last.last_group.to_be_bytes()[..])
+    let (groups, last_seq) = replay(
+        &tree,
+        &dir,
+        base_group,
+        &base_path,
+        end.last_group,
+        &progress,
+    )?;
+    progress("rebuilding: every group replayed; syncing the index".into());
+    tree.insert(GROUP_KEY, &end.last_group.to_be_bytes()[..])
         .map_err(io_err)?;
     let data_file = fs::File::open(path.join("db"))
         .map_err(|e| LedgerError::Unavailable(format!("opening the data file: {e}")))?;
@@ -175,7 +170,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         aside: aside.map(|a| a.display().to_string()),
         base_group,
         groups,
-        facts: last.last_seq.unwrap_or(0),
+        facts: last_seq,
         ms: started.elapsed().as_millis(),
     };
     progress(format!("rebuilt: {rebuilt}"));
@@ -233,41 +228,171 @@ fn remove_index_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Operations gathered before they go into sled: the last of each key wins.
-#[derive(Default)]
-struct Batch {
-    ops: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
-    bytes: usize,
+/// What the reading thread hands the writing one: a group's (or a piece of the base's)
+/// operations, with the group's number and the end of its seqs.
+struct Piece {
+    group: u64,
+    seqs_end: u64,
+    ops: Vec<Op>,
 }
 
-impl Batch {
-    fn add(&mut self, op: Op, tree: &sled::Tree) -> std::result::Result<(), journal::JournalError> {
-        let (key, value) = match op {
-            Op::Put { key, value } => (key, Some(value)),
-            Op::Remove { key } => (key, None),
-        };
-        self.bytes += key.len() + value.as_ref().map_or(0, Vec::len) + 64;
-        self.ops.insert(key, value);
-        if self.bytes >= BATCH_BYTES {
-            self.apply(tree).map_err(|e| journal::JournalError::Io {
-                context: "rebuilding the index".into(),
-                source: std::io::Error::other(e.to_string()),
+/// Puts the base's records and then every group's operations into `tree`, in order: the
+/// journal is read and decoded on a thread of its own while this one inserts. The records
+/// every group rewrites (balances, statement runs, the stats) are gathered, the last value
+/// of each key winning, and put once at the end; every other operation goes in as read.
+/// Returns how many groups were replayed and the last fact seq they carry.
+fn replay(
+    tree: &sled::Tree,
+    dir: &Path,
+    base_group: u64,
+    base_path: &Path,
+    last_group: u64,
+    progress: &dyn Fn(String),
+) -> Result<(u64, u64)> {
+    let (tx, rx) = crossbeam_channel::bounded::<Piece>(64);
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || -> Result<()> {
+            let send = |piece: Piece| {
+                // The writer stopped on an error of its own, which it reports.
+                tx.send(piece)
+                    .map_err(|_| journal::JournalError::Failed("stopped".into()))
+            };
+            let mut base = Vec::new();
+            journal::read_base(base_path, base_group, &mut |op| {
+                base.push(op);
+                if base.len() >= 4096 {
+                    send(Piece {
+                        group: base_group,
+                        seqs_end: 0,
+                        ops: std::mem::take(&mut base),
+                    })?;
+                }
+                Ok(())
             })?;
+            send(Piece {
+                group: base_group,
+                seqs_end: 0,
+                ops: base,
+            })?;
+            journal::read_groups(
+                dir,
+                base_group,
+                Some(&mut |group| {
+                    send(Piece {
+                        group: group.number,
+                        seqs_end: group.seqs.end,
+                        ops: group.ops,
+                    })
+                }),
+            )?;
+            Ok(())
+        });
+        // The key records, most of the index's records, go in on a thread of their own:
+        // each key's operations stay in order on one thread, and sled takes inserts from
+        // several at once.
+        let (keys_tx, keys_rx) = crossbeam_channel::bounded::<Vec<Op>>(64);
+        let keys_writer = scope.spawn(move || -> Result<()> {
+            for batch in keys_rx {
+                for op in batch {
+                    match op {
+                        Op::Put { key, value } => tree.insert(key, value).map(drop),
+                        Op::Remove { key } => tree.remove(key).map(drop),
+                    }
+                    .map_err(io_err)?;
+                }
+            }
+            Ok(())
+        });
+        let mut keys = Vec::with_capacity(KEYS_BATCH);
+        let mut gathered: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+        let (mut groups, mut last_seq) = (0u64, 0u64);
+        let mut written = Ok(());
+        for piece in &rx {
+            for op in piece.ops {
+                let done = match op {
+                    op @ (Op::Put { .. } | Op::Remove { .. })
+                        if op_key(&op).first() == Some(&P_KEY) =>
+                    {
+                        keys.push(op);
+                        if keys.len() >= KEYS_BATCH
+                            && keys_tx
+                                .send(std::mem::replace(&mut keys, Vec::with_capacity(KEYS_BATCH)))
+                                .is_err()
+                        {
+                            // The key writer stopped on an error, reported at its join.
+                            break;
+                        }
+                        Ok(())
+                    }
+                    Op::Put { key, value } if rewritten(&key) => {
+                        gathered.insert(key, Some(value));
+                        Ok(())
+                    }
+                    Op::Remove { key } if rewritten(&key) => {
+                        gathered.insert(key, None);
+                        Ok(())
+                    }
+                    Op::Put { key, value } => tree.insert(key, value).map(drop),
+                    Op::Remove { key } => tree.remove(key).map(drop),
+                };
+                if let Err(e) = done {
+                    written = Err(io_err(e));
+                    break;
+                }
+            }
+            if written.is_err() {
+                break;
+            }
+            if piece.group > base_group {
+                groups += 1;
+                last_seq = last_seq.max(piece.seqs_end.saturating_sub(1));
+                if groups % PROGRESS_EVERY == 0 {
+                    progress(format!(
+                        "rebuilding: group {} of {last_group} ({last_seq} facts)",
+                        piece.group
+                    ));
+                }
+            }
         }
-        Ok(())
-    }
-
-    fn apply(&mut self, tree: &sled::Tree) -> Result<()> {
-        for (key, value) in std::mem::take(&mut self.ops) {
+        drop(rx);
+        if !keys.is_empty() {
+            let _ = keys_tx.send(keys);
+        }
+        drop(keys_tx);
+        let keys_written = keys_writer
+            .join()
+            .unwrap_or_else(|_| Err(LedgerError::Unavailable("the key writer panicked".into())));
+        let read = reader.join().unwrap_or_else(|_| {
+            Err(LedgerError::Unavailable(
+                "the journal's reader panicked".into(),
+            ))
+        });
+        written?;
+        keys_written?;
+        read?;
+        crash_point!("rebuild.after_groups");
+        let mut gathered: Vec<_> = gathered.into_iter().collect();
+        gathered.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (key, value) in gathered {
             match value {
                 Some(v) => tree.insert(key, v).map(drop),
                 None => tree.remove(key).map(drop),
             }
             .map_err(io_err)?;
         }
-        self.bytes = 0;
-        Ok(())
+        Ok((groups, last_seq))
+    })
+}
+
+fn op_key(op: &Op) -> &[u8] {
+    match op {
+        Op::Put { key, .. } | Op::Remove { key } => key,
     }
+}
+
+/// A record that groups rewrite again and again (see `committer::deferred_key`).
+fn rewritten(key: &[u8]) -> bool {
+    matches!(key.first(), Some(&(P_ACCOUNT | P_STATEMENT))) || key == STATS_KEY
 }
 
 /// Writes a base of the index as it stands (every record but the checkpoint's mark) at
