@@ -73,6 +73,7 @@ fn simulation() {
         err,
         "simulation: {} seeds ({first}..{}), {} steps, {} intents, {} facts, {} crashes \
          (at {}: {}), {} unsynced journal records kept whole, {} journal groups replayed, \
+         {} index rebuilds, \
          {} checkpoints ({} journal records deleted), {} answers ({} replays), {} deliveries, {} in flight, {} reused keys refused, \
          {} reused message ids quarantined, {} packets lost, {} duplicated, {} keys expired, \
          {} clock steps back, {} violations, {:.1}s on {threads} threads",
@@ -93,6 +94,7 @@ fn simulation() {
             .join(", "),
         total(|r| r.unsynced_kept),
         total(|r| r.replayed),
+        total(|r| r.rebuilt),
         total(|r| r.checkpoints),
         total(|r| r.records_deleted),
         total(|r| r.answers),
@@ -152,6 +154,7 @@ fn the_runs_exercise_every_fault() {
         ("duplicated packets", total(|r| r.duplicated)),
         ("expired keys", total(|r| r.expired)),
         ("clock steps back", total(|r| r.clock_back)),
+        ("index rebuilds", total(|r| r.rebuilt)),
     ] {
         assert!(n > 0, "200 seeds never produced any {what}");
     }
@@ -199,7 +202,7 @@ fn catches_a_group_applied_to_sled_before_its_journal_sync() {
 }
 
 #[test]
-fn catches_a_checkpoint_that_deletes_a_segment_still_needed() {
+fn catches_a_compaction_that_deletes_segments_no_base_holds() {
     caught(Mutation::CheckpointDeletesNeeded);
 }
 

@@ -37,6 +37,9 @@ pub struct Snapshot {
     pub started_at: Option<Clean>,
     /// Whose the replay and conflict counters are.
     pub observed_scope: ObservedScope,
+    /// sled: what the worker's start said when it found the ledger's index damaged and
+    /// rebuilt it from the journal; `null` otherwise.
+    pub index_rebuilt: Option<Clean>,
 }
 
 /// Whose the snapshot's replay and conflict counters are.

@@ -432,7 +432,7 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                     decimal(commit.batch_size_avg)
                 ))
                 .count(commit.batches, "batch", "batches"),
-            Parts::from(format!("on disk  {}", disk_size(snapshot))),
+            disk_line(snapshot, "on disk  ", inner.width.into(), theme),
         ];
         let lines: Vec<Parts> = lines
             .into_iter()
@@ -520,7 +520,7 @@ fn draw_overview(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 millis(commit.p99_ms),
                 decimal(commit.batch_size_avg)
             )),
-            Parts::from(format!("disk {}", disk_size(snapshot))),
+            disk_line(snapshot, "disk ", rest.width.into(), theme),
             verify_lines(snapshot, theme, rest.width.into(), true)
                 .into_iter()
                 .next()
@@ -2413,6 +2413,29 @@ fn decimal(value: f64) -> String {
 fn whole(value: f64) -> i128 {
     // `as` saturates, which is the point here: a display value, never money.
     value.round() as i128
+}
+
+/// The ledger's size on disk, and, when the worker's start found the index damaged and
+/// rebuilt it from the journal, that it did, in the warning colour, as much as fits (the
+/// worker's log and `/metrics` tell the rest).
+fn disk_line(snapshot: &Snapshot, label: &str, width: usize, theme: Theme) -> Parts {
+    let disk = Parts::from(format!("{label}{}", disk_size(snapshot)));
+    if snapshot.index_rebuilt.is_none() {
+        return disk;
+    }
+    Parts::first_fitting(
+        width,
+        vec![
+            disk.clone()
+                .text(" · ")
+                .styled("index rebuilt at start", theme.warn()),
+            disk.clone()
+                .text(" · ")
+                .styled("index rebuilt", theme.warn()),
+            disk.clone().text(" · ").styled("rebuilt", theme.warn()),
+            disk,
+        ],
+    )
 }
 
 fn disk_size(snapshot: &Snapshot) -> String {

@@ -314,6 +314,7 @@ pub(crate) async fn snapshot(State(app): State<Shared>, headers: HeaderMap, q: P
         "conflicts": app.metrics.conflicts(),
         "started_at": app.metrics.started_at.to_rfc3339(),
         "observed_scope": observed_scope(ledger.kind()),
+        "index_rebuilt": ledger.commit_metrics().index_rebuilt,
     });
     json_ok(&body)
 }

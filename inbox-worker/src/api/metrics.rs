@@ -391,10 +391,31 @@ fn write_commits(text: &mut Exposition, commit: &CommitMetrics, kind: &str) {
             one(commit.journal_segments),
         );
         text.metric(
+            "idem_journal_base_bytes",
+            "The sled store's journal: its base, the index as of one group, where the log of \
+             record starts.",
+            "gauge",
+            one(commit.journal_base_bytes),
+        );
+        text.metric(
             "idem_checkpoints_total",
-            "Checkpoints of the sled store: sled flushed, the journal's older segments deleted.",
+            "Checkpoints of the sled store: sled flushed and synced.",
             "counter",
             one(commit.checkpoints),
+        );
+        text.metric(
+            "idem_compactions_total",
+            "Compactions of the sled store's journal: a new base written, the segments below \
+             it deleted.",
+            "counter",
+            one(commit.compactions),
+        );
+        text.metric(
+            "idem_index_rebuilt",
+            "1 when the sled store's index was found damaged at this start and rebuilt from \
+             the journal (the damaged files kept aside).",
+            "gauge",
+            one(u64::from(commit.index_rebuilt.is_some())),
         );
     }
     text.metric(

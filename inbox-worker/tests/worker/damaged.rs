@@ -1,7 +1,9 @@
 //! The catalogue's rows that are about the store rather than one request: a
-//! corrupt record (the worker refuses to start, says so plainly, deletes nothing), a torn
-//! tail (it opens to a consistent earlier state or refuses clearly), and the clock going
-//! backwards across the retention (expired stays expired, nothing runs twice).
+//! corrupt record in sled's files (the worker rebuilds its index from the journal, keeps
+//! the damaged files aside, says so, and serves every answer as before; with no log of
+//! record to rebuild from it refuses to start, says so plainly, deletes nothing), a torn
+//! data file (it opens consistent), and the clock going backwards across the retention
+//! (expired stays expired, nothing runs twice).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -45,20 +47,69 @@ fn serve_refuses(db: &Path) -> String {
     stderr
 }
 
-#[test]
-fn a_corrupt_record_stops_the_worker_and_deletes_nothing() {
-    let (_dir, db) = scratch();
-    fill(&db, 20);
-    // The last fact's bytes replaced with garbage, as a bad sector or a stray write would.
+/// The last fact's bytes in sled replaced with garbage, as a bad sector or a stray write
+/// would.
+fn corrupt_last_fact(db: &Path) {
     {
-        let sled_db = sled::open(&db).unwrap();
+        let sled_db = sled::open(db).unwrap();
         let tree = sled_db.open_tree("ledger").unwrap();
         let (k, _) = tree.scan_prefix(b"f").next_back().unwrap().unwrap();
         tree.insert(k, &[0xff_u8, 0x13, 0x37][..]).unwrap();
         sled_db.flush().unwrap();
     }
     // sled's I/O threads hold the folder's lock a moment after the last handle drops.
-    ledger::testing::wait_until_released(&db);
+    ledger::testing::wait_until_released(db);
+}
+
+#[test]
+fn a_corrupt_record_is_rebuilt_from_the_journal_and_every_answer_stays() {
+    let (_dir, db) = scratch();
+    let seen = fill(&db, 20);
+    corrupt_last_fact(&db);
+    let w = Worker::start(&db, &[]);
+    let log = std::fs::read_to_string(db.with_extension("log")).unwrap();
+    assert!(
+        log.contains("the index was rebuilt from the journal"),
+        "{log}"
+    );
+    assert!(log.contains("undecodable fact"), "{log}");
+    let http = w.http();
+    for (key, status, body) in &seen {
+        let again = if key == "fill-dep" {
+            http.deposit(key, "fay", 1_000_000)
+        } else {
+            http.withdraw(key, "fay", 10)
+        };
+        assert_eq!((again.status, &again.body), (*status, body), "{key}");
+    }
+    assert_eq!(http.balance("fay"), 1_000_000 - 20 * 10);
+    let metrics = http.get("/metrics").body;
+    assert!(metrics.contains("idem_index_rebuilt 1"), "{metrics}");
+    assert_eq!(w.term().code(), Some(0));
+    let aside: Vec<_> = std::fs::read_dir(&db)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("damaged-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "the damaged files are kept, once");
+    assert!(aside[0].path().join("db").is_file());
+    let out = crate::support::run(&["verify", "--db", db.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_corrupt_record_with_no_log_of_record_stops_the_worker_and_deletes_nothing() {
+    let (_dir, db) = scratch();
+    fill(&db, 20);
+    // A ledger whose journal holds no base cannot be rebuilt from it.
+    for (_, base, _) in ledger::store::sled::journal::list_bases(&db.join("journal")).unwrap() {
+        std::fs::remove_file(base).unwrap();
+    }
+    corrupt_last_fact(&db);
     let before = listing(&db);
     let stderr = serve_refuses(&db);
     assert!(stderr.contains("is corrupt"), "{stderr}");
@@ -72,6 +123,39 @@ fn a_corrupt_record_stops_the_worker_and_deletes_nothing() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is corrupt"));
     assert_nothing_removed(&before, &listing(&db));
+}
+
+/// `repair` rebuilds on demand: exit 0, the old files aside, every fact there.
+#[test]
+fn repair_rebuilds_the_index_on_demand() {
+    let (_dir, db) = scratch();
+    fill(&db, 5);
+    let out = crate::support::run(&["repair", "--db", db.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("the index was rebuilt from the journal"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("because a repair was asked for"),
+        "{stdout}"
+    );
+    let out = crate::support::run(&["verify", "--db", db.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("checked 6 facts"));
+    // In use: refused, nothing moved.
+    let w = Worker::start(&db, &[]);
+    let before = listing(&db);
+    let out = crate::support::run(&["repair", "--db", db.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("in use"));
+    assert_nothing_removed(&before, &listing(&db));
+    assert_eq!(w.term().code(), Some(0));
 }
 
 #[test]

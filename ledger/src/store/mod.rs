@@ -356,8 +356,9 @@ pub struct CommitMetrics {
     pub checkpoints: u64,
     /// sled: compactions (a new base written, the journal's segments below it deleted).
     pub compactions: u64,
-    /// sled: 1 when the index was rebuilt from the journal at this open.
-    pub index_rebuilds: u64,
+    /// sled: what the rebuild of the index from the journal at this open said, if the
+    /// open found the index damaged.
+    pub index_rebuilt: Option<String>,
     /// How long each batch's first command waited before its batch began (sled: its
     /// sync; PostgreSQL: its group's transaction), summed over batches, and the longest.
     pub batch_wait_sum_us: u64,

@@ -45,9 +45,9 @@ pub enum Mutation {
     /// A group is applied to sled's memory before its journal sync, so sled's disk can
     /// hold a group whose record the journal then loses.
     ApplyBeforeJournalSync,
-    /// A checkpoint deletes the journal's segments up to the last group applied to sled
-    /// without flushing sled first, so a crash can leave sled's disk behind a group the
-    /// journal no longer holds.
+    /// A compaction deletes the journal's segments up to the checkpoint's group without
+    /// writing its base first, so an index rebuilt after a crash that damaged sled's files
+    /// misses groups the journal no longer holds.
     CheckpointDeletesNeeded,
     /// The sweep deletes expired key records instead of marking them.
     SweepForgetsKey,
@@ -132,6 +132,8 @@ pub struct Report {
     pub unsynced_kept: usize,
     /// Journal groups replayed into sled by recoveries, sled's disk being behind them.
     pub replayed: usize,
+    /// Opens that found sled's files damaged and rebuilt the index from the journal.
+    pub rebuilt: usize,
     pub answers: usize,
     pub replays: usize,
     pub deliveries: usize,

@@ -19,9 +19,11 @@
 //! is one decider turn over the one queued command, with no sealed group unwritten,
 //! followed at once by the syncer's turn for it. sled is
 //! never flushed on the commit path. A checkpoint, now and then, takes the last group
-//! applied to sled, flushes sled and records that group in it (`v.journal`), then deletes
-//! the journal's segments (of a few groups each, per seed) whose groups are all at or
-//! below it, never the one appended to.
+//! applied to sled, flushes sled and records that group in it (`v.journal`), then compacts
+//! the journal: it writes a base (sled's state at that group, durable before anything is
+//! deleted) and deletes the journal's segments (of a few groups each, per seed) whose
+//! groups are all at or below it, never the one appended to. The base and the journal
+//! after it are the log of record.
 //!
 //! Two files, each losing what was not synced, independently of the other:
 //!
@@ -32,12 +34,14 @@
 //!   applied to its memory since (none, all, or some of each group, at random), and
 //!   records the last checkpoint's group. Here each fact is a write of its own; the sled
 //!   store writes a group's facts as blocks of several, so every set of writes it can
-//!   leave on disk is one this model leaves too.
+//!   leave on disk is one this model leaves too. And one crash in four leaves sled's files
+//!   damaged (a torn or reordered write that sled cannot open).
 //!
 //! Recovery opens sled's disk, reads the checkpoint's group it records and replays every
-//! journal group after it (groups carry absolute values, so a replay is idempotent). A journal that does
-//! not continue sled (a needed group deleted, or ending before sled's group) is refused,
-//! as the real journal refuses it, and a ledger that opens to anything but the journal's
+//! journal group after it (groups carry absolute values, so a replay is idempotent). When
+//! sled's files are damaged, or the journal does not continue sled, it rebuilds the index
+//! from the base and every journal group after it, as the sled store's open does; a
+//! journal that does not continue its base is refused, and a ledger that opens to anything but the journal's
 //! durable end is refused by the checker: `durable` is that end, the fold of every group
 //! the journal holds durably, and it is what the reference model checks after every step
 //! (every acknowledged outcome must be in it). `sled` is sled's memory and `view` the
@@ -85,10 +89,10 @@ pub enum Point {
     JournalAfterSync,
     /// The group is in sled's memory too, and nobody has been told: no answer, no ack.
     SyncAfterApply,
-    /// A checkpoint has flushed sled and deleted nothing yet.
-    CheckpointBeforeDelete,
-    /// A checkpoint has deleted the journal's segments at or below sled's flushed group.
-    CheckpointAfterDelete,
+    /// A checkpoint has flushed sled and written its base, and deleted nothing yet.
+    CompactBeforeDelete,
+    /// A checkpoint has deleted the journal's segments at or below its base.
+    CompactAfterDelete,
 }
 
 impl Point {
@@ -97,8 +101,8 @@ impl Point {
         Point::JournalAfterWrite,
         Point::JournalAfterSync,
         Point::SyncAfterApply,
-        Point::CheckpointBeforeDelete,
-        Point::CheckpointAfterDelete,
+        Point::CompactBeforeDelete,
+        Point::CompactAfterDelete,
     ];
     /// The points a turn of the syncer passes, for each group.
     pub const SYNC: [Point; 4] = [
@@ -108,16 +112,15 @@ impl Point {
         Point::SyncAfterApply,
     ];
     /// The points a checkpoint passes.
-    pub const CHECKPOINT: [Point; 2] =
-        [Point::CheckpointBeforeDelete, Point::CheckpointAfterDelete];
+    pub const CHECKPOINT: [Point; 2] = [Point::CompactBeforeDelete, Point::CompactAfterDelete];
     pub fn name(self) -> &'static str {
         match self {
             Point::JournalBeforeWrite => "journal.before_write",
             Point::JournalAfterWrite => "journal.after_write",
             Point::JournalAfterSync => "journal.after_sync",
             Point::SyncAfterApply => "sync.after_apply",
-            Point::CheckpointBeforeDelete => "checkpoint.before_delete",
-            Point::CheckpointAfterDelete => "checkpoint.after_delete",
+            Point::CompactBeforeDelete => "compact.before_delete",
+            Point::CompactAfterDelete => "compact.after_delete",
         }
     }
 }
@@ -289,6 +292,11 @@ pub struct SimStore {
     journal: VecDeque<Record>,
     /// sled's disk as the last flush (a checkpoint's, or the state recovery found) left it.
     sled_disk: Data,
+    /// sled's files were damaged by the last crash: the next open rebuilds them.
+    sled_damaged: bool,
+    /// The journal's base: the state the groups up to its group left, durable; with the
+    /// journal's groups after it, the log of record.
+    base: Data,
     /// Groups applied to sled's memory since `sled_disk`, oldest first: sled may have
     /// written any prefix of them by the time the process dies.
     unflushed: Vec<Record>,
@@ -310,6 +318,8 @@ pub struct SimStore {
     /// proof that the runs reach the cases where the two files differ.
     pub kept_whole: usize,
     pub replayed: usize,
+    /// Opens that rebuilt the index from the base and the journal.
+    pub rebuilt: usize,
     /// Bumped on every change of `durable` / `view`, so the checker re-reads only changes.
     pub durable_version: u64,
     pub view_version: u64,
@@ -325,6 +335,8 @@ impl SimStore {
             durable: Data::default(),
             journal: VecDeque::new(),
             sled_disk: Data::default(),
+            sled_damaged: false,
+            base: Data::default(),
             unflushed: Vec::new(),
             sled: Data::default(),
             view: Data::default(),
@@ -337,6 +349,7 @@ impl SimStore {
             fate: String::new(),
             kept_whole: 0,
             replayed: 0,
+            rebuilt: 0,
             durable_version: 0,
             view_version: 0,
         }
@@ -889,17 +902,20 @@ impl SimStore {
             return (0, 0);
         }
         let group = self.sled.group;
+        self.sled_disk = self.sled.clone();
+        self.unflushed.clear();
+        // The base is durable before any segment goes: the planted bug deletes segments
+        // that no base holds.
         if self.mutation != Mutation::CheckpointDeletesNeeded {
-            self.sled_disk = self.sled.clone();
-            self.unflushed.clear();
+            self.base = self.sled.clone();
         }
-        if crash == Some(Point::CheckpointBeforeDelete) {
+        if crash == Some(Point::CompactBeforeDelete) {
             self.crash_in(None);
             return (group, 0);
         }
         let deleted = self.deletable(group);
         self.journal.drain(..deleted);
-        if crash == Some(Point::CheckpointAfterDelete) {
+        if crash == Some(Point::CompactAfterDelete) {
             self.crash_in(None);
         }
         (group, deleted)
@@ -956,6 +972,10 @@ impl SimStore {
             "sled's disk holds {kept} writes of the groups after its checkpoint, group {low} \
              (applied up to {high})"
         ));
+        if self.rng.below(4) == 0 {
+            self.sled_damaged = true;
+            fate.push("sled's files were left damaged (a torn or reordered write)".into());
+        }
         self.fate = fate.join("; ");
         self.sled = self.durable.clone();
         self.view = self.durable.clone();
@@ -972,28 +992,41 @@ impl SimStore {
     /// durable end.
     pub fn restart(&mut self) -> Result<(), String> {
         let g = self.sled_disk.group;
-        if let Some(first) = self.journal.front().map(|r| r.number)
-            && first > g + 1
-        {
-            return Err(format!(
-                "open refused: sled holds groups up to {g}, but the journal begins at group \
-                 {first}: groups {} to {} are missing",
-                g + 1,
-                first - 1
-            ));
-        }
+        let first = self.journal.front().map(|r| r.number);
         let last = self.journal.back().map_or(g, |r| r.number);
-        if last < g {
-            return Err(format!(
-                "open refused: sled holds groups up to {g}, but the journal ends at group {last}"
-            ));
-        }
-        let mut recovered = self.sled_disk.clone();
-        for record in self.journal.iter().filter(|r| r.number > g) {
+        let continues_sled = first.is_none_or(|f| f <= g + 1) && last >= g;
+        let rebuild = self.sled_damaged || !continues_sled;
+        let (mut recovered, from) = if rebuild {
+            // The index is rebuilt from the log of record: the base, then every group after
+            // it.
+            let b = self.base.group;
+            if let Some(first) = first
+                && first > b + 1
+            {
+                return Err(format!(
+                    "open refused: the index must be rebuilt, but the journal begins at group \
+                     {first} and its base holds groups up to {b}: groups {} to {} are missing",
+                    b + 1,
+                    first - 1
+                ));
+            }
+            self.sled_damaged = false;
+            self.rebuilt += 1;
+            (self.base.clone(), b)
+        } else {
+            (self.sled_disk.clone(), g)
+        };
+        for record in self.journal.iter().filter(|r| r.number > from) {
             recovered.apply(record);
             self.unflushed.push(record.clone());
             self.replayed += 1;
         }
+        if rebuild {
+            // A rebuild ends with the new index flushed and synced.
+            self.sled_disk = recovered.clone();
+            self.unflushed.clear();
+        }
+        let last = self.journal.back().map_or(recovered.group, |r| r.number);
         if recovered != self.durable {
             return Err(format!(
                 "after the crash the ledger opened to group {} with {} facts, not to the \

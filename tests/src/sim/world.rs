@@ -291,6 +291,7 @@ impl World {
         self.report.steps = self.step;
         self.report.unsynced_kept = self.store.kept_whole;
         self.report.replayed = self.store.replayed;
+        self.report.rebuilt = self.store.rebuilt;
         self.report.facts = self.store.durable().facts.len();
         self.report
     }

@@ -271,6 +271,20 @@ fn open_index(
         ));
     }
     let (journal, replayed_groups, checkpoint_at_open) = replay_journal(&tree, config, shown)?;
+    // sled writes its `conf` when it creates the folder's files and never syncs it (nor the
+    // folder): without it, sled refuses the folder after a power loss, and an open would
+    // then rebuild the index for nothing.
+    if config.fsync {
+        std::fs::File::open(config.path.join("conf"))
+            .and_then(|f| f.sync_all())
+            .map_err(|e| {
+                (
+                    LedgerError::Unavailable(format!("syncing sled's conf: {e}")),
+                    false,
+                )
+            })?;
+        rebuild::sync_dir(&config.path).map_err(|e| (e, false))?;
+    }
     if replayed_groups > 0 {
         // The last stop was not clean: sled's unsynced writes may have reached its files in
         // part or out of order, and sled reads most of its pages only when asked for them.
@@ -377,6 +391,10 @@ impl Drop for LockReleased {
     fn drop(&mut self) {
         if let Some(folder) = self.data_file.as_deref().and_then(Path::parent) {
             wait_until_released(folder);
+            // sled renames its snapshot into place as it closes and never syncs the folder.
+            // The journal needs none of sled's files, so this is for a quicker next open
+            // only: best effort.
+            let _ = rebuild::sync_dir(folder);
         }
     }
 }
@@ -545,7 +563,7 @@ impl SledStore {
         {
             let mut m = shared.metrics.lock();
             m.journal_base_bytes = base_bytes;
-            m.index_rebuilds = u64::from(report.rebuilt.is_some());
+            m.index_rebuilt = report.rebuilt.as_ref().map(ToString::to_string);
         }
         let mut report = report;
         report.open_ms = started.elapsed().as_millis();
