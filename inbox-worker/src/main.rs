@@ -162,9 +162,9 @@ struct ServeArgs {
     /// that finds its lane idle never waits).
     #[arg(long, default_value = "0ms", value_parser = parse_group_wait, env = "IDEM_PG_GROUP_WAIT", hide_env_values = true)]
     pg_group_wait: Duration,
-    /// Open a PostgreSQL store even when the server runs with fsync, full_page_writes or
-    /// synchronous_commit off, which can lose acknowledged commands when its machine
-    /// crashes: for a throwaway test server only.
+    /// Open a PostgreSQL store even when the server runs with fsync or full_page_writes
+    /// off, which can lose acknowledged commands when its machine crashes: for a throwaway
+    /// test server only.
     #[arg(long)]
     pg_allow_unsafe_settings: bool,
     /// Address to listen on (port 0: one the system picks; the worker prints it). Without

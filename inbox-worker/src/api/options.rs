@@ -58,7 +58,7 @@ pub struct ServeConfig {
     pub pg_group_max: usize,
     /// How long a PostgreSQL group stays open for more commands, from its first's arrival.
     pub pg_group_wait: Duration,
-    /// Open PostgreSQL even with fsync, full_page_writes or synchronous_commit off.
+    /// Open PostgreSQL even with fsync or full_page_writes off.
     pub pg_allow_unsafe_settings: bool,
     /// Consume inbox messages from RabbitMQ too.
     pub amqp: Option<AmqpOptions>,

@@ -195,9 +195,9 @@ pub struct PgConfig {
     /// once, which is faster when the server has cores of its own to spare and no faster
     /// when it shares the client's (BENCHMARKS.md, "Verify on PostgreSQL").
     pub verify_sessions: usize,
-    /// Open even when the server's settings let it lose commits it acknowledged after a
-    /// crash of its machine (`fsync`, `full_page_writes` or `synchronous_commit` off): for
-    /// throwaway test servers only. Refused otherwise.
+    /// Open even when the server's settings let it lose or tear commits it acknowledged
+    /// after a crash of its machine (`fsync` or `full_page_writes` off): for throwaway
+    /// test servers only. Refused otherwise.
     pub allow_unsafe_settings: bool,
 }
 
@@ -215,6 +215,26 @@ impl Default for PgConfig {
             allow_unsafe_settings: false,
         }
     }
+}
+
+/// Why a server with these settings cannot keep what it acknowledges through a crash of
+/// its machine, or `None` when both are on: `fsync` off, a commit may never reach the disk;
+/// `full_page_writes` off, a page torn by a power loss cannot be restored from the WAL.
+pub fn unsafe_settings(fsync: &str, full_page_writes: &str) -> Option<String> {
+    let off: Vec<String> = [("fsync", fsync), ("full_page_writes", full_page_writes)]
+        .into_iter()
+        .filter(|(_, value)| *value != "on")
+        .map(|(name, value)| format!("{name} = {value}"))
+        .collect();
+    (!off.is_empty()).then(|| {
+        format!(
+            "the PostgreSQL server runs with {}: a crash of its machine can lose or tear \
+             commands it acknowledged, and Idem answers a command only once its commit is \
+             durable. Set them on (postgresql.conf), or pass --pg-allow-unsafe-settings for \
+             a throwaway test server",
+            off.join(", ")
+        )
+    })
 }
 
 impl PgConfig {
@@ -629,32 +649,20 @@ impl PgStore {
     async fn check_on_open(&self, fresh: bool) -> Result<OpenReport> {
         let conn = self.conn().await?;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
-        // A commit is acknowledged once PostgreSQL says it is durable; that holds only with
-        // these on (a crash of the machine otherwise loses or tears what it acknowledged).
+        // A commit is acknowledged once PostgreSQL says it is durable, which holds only with
+        // these on (this process's sessions set synchronous_commit on themselves).
         let settings = conn
             .query_one(
-                "SELECT current_setting('fsync'), current_setting('full_page_writes'), \
-                        current_setting('synchronous_commit')",
+                "SELECT current_setting('fsync'), current_setting('full_page_writes')",
                 &[],
             )
             .await
             .map_err(pg)?;
-        let unsafe_settings: Vec<String> = ["fsync", "full_page_writes", "synchronous_commit"]
-            .iter()
-            .enumerate()
-            .filter_map(|(i, name)| {
-                let value: String = settings.get(i);
-                (value == "off").then(|| format!("{name} = off"))
-            })
-            .collect();
-        if !unsafe_settings.is_empty() && !self.inner.options.allow_unsafe_settings {
-            return Err(LedgerError::Unavailable(format!(
-                "the PostgreSQL server runs with {}: a crash of its machine can lose commands \
-                 it acknowledged, and Idem answers a command only once its commit is \
-                 durable. Set them on (postgresql.conf), or pass \
-                 --pg-allow-unsafe-settings for a throwaway test server",
-                unsafe_settings.join(", ")
-            )));
+        let (fsync, full_page_writes): (String, String) = (settings.get(0), settings.get(1));
+        if let Some(refusal) = unsafe_settings(&fsync, &full_page_writes)
+            && !self.inner.options.allow_unsafe_settings
+        {
+            return Err(LedgerError::Unavailable(refusal));
         }
         let sums = conn
             .query(

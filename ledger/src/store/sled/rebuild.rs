@@ -26,6 +26,8 @@ type Result<T, E = LedgerError> = std::result::Result<T, E>;
 pub(super) const REBUILDING: &str = "rebuilding";
 /// The folder, inside the ledger's, that damaged index files are moved into.
 const ASIDE_PREFIX: &str = "damaged-";
+/// Threads inserting the key records.
+const KEY_WRITERS: usize = 2;
 /// Key records handed to their writer at a time.
 const KEYS_BATCH: usize = 4096;
 /// sled's cache while it rebuilds the index.
@@ -287,23 +289,30 @@ fn replay(
             )?;
             Ok(())
         });
-        // The key records, most of the index's records, go in on a thread of their own:
-        // each key's operations stay in order on one thread, and sled takes inserts from
-        // several at once.
-        let (keys_tx, keys_rx) = crossbeam_channel::bounded::<Vec<Op>>(64);
-        let keys_writer = scope.spawn(move || -> Result<()> {
-            for batch in keys_rx {
-                for op in batch {
-                    match op {
-                        Op::Put { key, value } => tree.insert(key, value).map(drop),
-                        Op::Remove { key } => tree.remove(key).map(drop),
+        // The key records, most of the index's records, go in on threads of their own, each
+        // key always to the same one (its operations stay in order), as sled takes inserts
+        // from several threads at once.
+        let mut key_writers = Vec::with_capacity(KEY_WRITERS);
+        let mut keys_tx = Vec::with_capacity(KEY_WRITERS);
+        for _ in 0..KEY_WRITERS {
+            let (tx, rx) = crossbeam_channel::bounded::<Vec<Op>>(64);
+            keys_tx.push(tx);
+            key_writers.push(scope.spawn(move || -> Result<()> {
+                for batch in rx {
+                    for op in batch {
+                        match op {
+                            Op::Put { key, value } => tree.insert(key, value).map(drop),
+                            Op::Remove { key } => tree.remove(key).map(drop),
+                        }
+                        .map_err(io_err)?;
                     }
-                    .map_err(io_err)?;
                 }
-            }
-            Ok(())
-        });
-        let mut keys = Vec::with_capacity(KEYS_BATCH);
+                Ok(())
+            }));
+        }
+        let mut keys: Vec<Vec<Op>> = (0..KEY_WRITERS)
+            .map(|_| Vec::with_capacity(KEYS_BATCH))
+            .collect();
         let mut gathered: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
         let (mut groups, mut last_seq) = (0u64, 0u64);
         let mut written = Ok(());
@@ -313,10 +322,14 @@ fn replay(
                     op @ (Op::Put { .. } | Op::Remove { .. })
                         if op_key(&op).first() == Some(&P_KEY) =>
                     {
-                        keys.push(op);
-                        if keys.len() >= KEYS_BATCH
-                            && keys_tx
-                                .send(std::mem::replace(&mut keys, Vec::with_capacity(KEYS_BATCH)))
+                        let writer = key_writer(op_key(&op));
+                        keys[writer].push(op);
+                        if keys[writer].len() >= KEYS_BATCH
+                            && keys_tx[writer]
+                                .send(std::mem::replace(
+                                    &mut keys[writer],
+                                    Vec::with_capacity(KEYS_BATCH),
+                                ))
                                 .is_err()
                         {
                             // The key writer stopped on an error, reported at its join.
@@ -355,13 +368,16 @@ fn replay(
             }
         }
         drop(rx);
-        if !keys.is_empty() {
-            let _ = keys_tx.send(keys);
+        for (batch, tx) in keys.into_iter().zip(&keys_tx) {
+            if !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
         }
         drop(keys_tx);
-        let keys_written = keys_writer
-            .join()
-            .unwrap_or_else(|_| Err(LedgerError::Unavailable("the key writer panicked".into())));
+        let keys_written = key_writers.into_iter().try_for_each(|w| {
+            w.join()
+                .unwrap_or_else(|_| Err(LedgerError::Unavailable("a key writer panicked".into())))
+        });
         let read = reader.join().unwrap_or_else(|_| {
             Err(LedgerError::Unavailable(
                 "the journal's reader panicked".into(),
@@ -382,6 +398,14 @@ fn replay(
         }
         Ok((groups, last_seq))
     })
+}
+
+/// Which key writer takes the operations on `key`: the same one always.
+fn key_writer(key: &[u8]) -> usize {
+    let h = key.iter().fold(0usize, |h, &b| {
+        h.wrapping_mul(31).wrapping_add(usize::from(b))
+    });
+    h % KEY_WRITERS
 }
 
 fn op_key(op: &Op) -> &[u8] {
