@@ -194,7 +194,7 @@ pub struct IndexRebuild {
     /// The group of the base it started from, and how many groups were replayed after it.
     pub base_group: u64,
     pub groups: u64,
-    /// The last fact seq the replayed groups carry (0 when none carries one).
+    /// The facts the rebuilt index holds (its last seq).
     pub facts: u64,
     pub ms: u128,
 }

@@ -16,8 +16,9 @@ use std::time::Instant;
 
 use super::committer::flush_sled;
 use super::journal::{self, Op};
-use super::records::{GROUP_KEY, P_ACCOUNT, P_KEY, P_STATEMENT, STATS_KEY, io_err};
+use super::records::{GROUP_KEY, P_ACCOUNT, P_KEY, P_STATEMENT, STATS_KEY, decode, io_err};
 use super::{JOURNAL_DIR, SledConfig, open_err, sled_config};
+use crate::projection::Stats;
 use crate::store::{IndexRebuild, LedgerError};
 
 type Result<T, E = LedgerError> = std::result::Result<T, E>;
@@ -113,7 +114,18 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         }
     }
     let interrupted = path.join(REBUILDING).exists();
-    // The marker says why, for the open that finishes a rebuild a crash interrupted.
+    let aside = if interrupted {
+        // What is there is a partial index of our own making, not the damaged one (that
+        // was moved aside by the rebuild that did not finish).
+        remove_index_files(path)?;
+        None
+    } else {
+        Some(move_aside(path)?)
+    };
+    sync_dir(path)?;
+    // Written only now: a crash before it leaves the damaged files aside and no index,
+    // which the next open rebuilds. The marker says why, for the open that finishes a
+    // rebuild a crash interrupted.
     let why = if interrupted {
         fs::read_to_string(path.join(REBUILDING)).unwrap_or_default()
     } else {
@@ -124,15 +136,6 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         .and_then(|f| f.sync_all())
         .map_err(|e| LedgerError::Unavailable(format!("writing {shown}/{REBUILDING}: {e}")))?;
     sync_dir(path)?;
-    let aside = if interrupted {
-        // What is there is a partial index of our own making, not the damaged one (that
-        // was moved aside by the rebuild that did not finish).
-        remove_index_files(path)?;
-        None
-    } else {
-        Some(move_aside(path)?)
-    };
-    sync_dir(path)?;
 
     // A cache that holds the index being built: the key records arrive in no order, and
     // with the serving default (64 MiB) sled would evict and read back leaves all along.
@@ -141,7 +144,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         .open()
         .map_err(|e| open_err(&shown, e))?;
     let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
-    let (groups, last_seq) = replay(
+    let groups = replay(
         &tree,
         &dir,
         base_group,
@@ -149,6 +152,17 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         end.last_group,
         &progress,
     )?;
+    let facts = match tree.get(STATS_KEY).map_err(io_err)? {
+        Some(v) => {
+            decode::<Stats>("stats", &v)
+                .map_err(|e| LedgerError::Corrupt {
+                    path: shown.clone(),
+                    detail: format!("the stats record the journal holds: {e}"),
+                })?
+                .last_seq
+        }
+        None => 0,
+    };
     progress("rebuilding: every group replayed; syncing the index".into());
     tree.insert(GROUP_KEY, &end.last_group.to_be_bytes()[..])
         .map_err(io_err)?;
@@ -172,7 +186,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         aside: aside.map(|a| a.display().to_string()),
         base_group,
         groups,
-        facts: last_seq,
+        facts,
         ms: started.elapsed().as_millis(),
     };
     progress(format!("rebuilt: {rebuilt}"));
@@ -242,7 +256,7 @@ struct Piece {
 /// journal is read and decoded on a thread of its own while this one inserts. The records
 /// every group rewrites (balances, statement runs, the stats) are gathered, the last value
 /// of each key winning, and put once at the end; every other operation goes in as read.
-/// Returns how many groups were replayed and the last fact seq they carry.
+/// Returns how many groups were replayed.
 fn replay(
     tree: &sled::Tree,
     dir: &Path,
@@ -250,7 +264,7 @@ fn replay(
     base_path: &Path,
     last_group: u64,
     progress: &dyn Fn(String),
-) -> Result<(u64, u64)> {
+) -> Result<u64> {
     let (tx, rx) = crossbeam_channel::bounded::<Piece>(64);
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || -> Result<()> {
@@ -396,7 +410,7 @@ fn replay(
             }
             .map_err(io_err)?;
         }
-        Ok((groups, last_seq))
+        Ok(groups)
     })
 }
 
