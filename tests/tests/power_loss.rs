@@ -7,7 +7,8 @@
 //! rebuild it starts. After each loss the ledger opens without help (rebuilding its index
 //! from the journal when sled's files are damaged), every acknowledged answer is there
 //! byte for byte, nothing is applied twice, and `verify` passes. IDEM_POWER_CYCLES sets the
-//! least number of cycles (8; more until two losses needed a rebuild); SEED the seed.
+//! least number of cycles (8; more until two losses needed a rebuild), SEED the random
+//! stream.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
