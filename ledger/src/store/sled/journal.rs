@@ -935,38 +935,22 @@ fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
 
 // ---- reading the log of record ------------------------------------------------------------
 
-/// Where a read of the whole journal ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReadEnd {
-    /// The last whole group (the `after` given when there is none after it).
-    pub last_group: u64,
-    /// Whether a torn tail follows the last whole group (left as it is: the next
-    /// [`Journal::open`] cuts it).
-    pub torn: bool,
-}
-
 /// Reads every group after `after` in `dir`, in order, and gives each to `visit`, changing
 /// nothing: the rebuild's read of the log of record. With no `visit`, only checks the
-/// records (see [`scan`]). Refuses, as [`Journal::open`] does, when the journal does not
-/// continue from `after` or is damaged before its end; a torn tail ends the read. A
-/// missing folder holds no group.
+/// records (see [`scan`]). Returns the last whole group (`after` when none follows it).
+/// Refuses, as [`Journal::open`] does, when the journal does not continue from `after` or
+/// is damaged before its end; a torn tail ends the read (the next open cuts it). A missing
+/// folder holds no group.
 pub fn read_groups(
     dir: &Path,
     after: u64,
     visit: Option<&mut dyn FnMut(Group) -> Result<()>>,
-) -> Result<ReadEnd> {
+) -> Result<u64> {
     if !dir.exists() {
-        return Ok(ReadEnd {
-            last_group: after,
-            torn: false,
-        });
+        return Ok(after);
     }
     let segments = list_segments(dir)?;
-    let scan = scan(dir, &segments, after, visit)?;
-    Ok(ReadEnd {
-        last_group: scan.next_group - 1,
-        torn: scan.torn.is_some(),
-    })
+    Ok(scan(dir, &segments, after, visit)?.next_group - 1)
 }
 
 /// The name of the base of the index at `group`.

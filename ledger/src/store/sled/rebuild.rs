@@ -98,12 +98,12 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
     };
     // Read the whole journal once before anything is changed: damage in its middle
     // refuses the rebuild here, with the damaged index still in place.
-    let end = journal::read_groups(&dir, base_group, None)?;
+    let last_group = journal::read_groups(&dir, base_group, None)?;
     progress(format!(
         "rebuilding the index of {shown} from the journal ({reason}): the base at group \
          {base_group}, then groups {} to {}",
         base_group + 1,
-        end.last_group
+        last_group
     ));
 
     // The index must not be in use: its files are about to move.
@@ -144,14 +144,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         .open()
         .map_err(|e| open_err(&shown, e))?;
     let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
-    let groups = replay(
-        &tree,
-        &dir,
-        base_group,
-        &base_path,
-        end.last_group,
-        &progress,
-    )?;
+    let groups = replay(&tree, &dir, base_group, &base_path, last_group, &progress)?;
     let facts = match tree.get(STATS_KEY).map_err(io_err)? {
         Some(v) => {
             decode::<Stats>("stats", &v)
@@ -164,7 +157,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         None => 0,
     };
     progress("rebuilding: every group replayed; syncing the index".into());
-    tree.insert(GROUP_KEY, &end.last_group.to_be_bytes()[..])
+    tree.insert(GROUP_KEY, &last_group.to_be_bytes()[..])
         .map_err(io_err)?;
     let data_file = fs::File::open(path.join("db"))
         .map_err(|e| LedgerError::Unavailable(format!("opening the data file: {e}")))?;
