@@ -1,6 +1,8 @@
-//! `submit`: the client side done right. One intent, one key, repeated in every retry;
-//! transport failures, 5xx and 409 are retried with exponential back-off and full jitter;
-//! the answer is classified into the exit codes of docs/cli.md.
+//! The command line's side of the HTTP API. `submit`: one intent, one key, repeated in
+//! every retry; transport failures, 5xx and 409 are retried with exponential back-off and
+//! full jitter; the answer is classified into the exit codes of docs/cli.md. The reads
+//! (`balance`, `statement`, `key`, `accounts`) are retried the same way, reading being
+//! safe to repeat.
 
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use ledger::{Command, Currency, Key};
 use rand::Rng as _;
 use serde_json::Value;
 
-use crate::text::count;
+use crate::text::{count, describe_command, money, rejection_advice};
 use crate::wire;
 
 /// How a submission ended, with its exit code.
@@ -63,6 +65,60 @@ impl Default for SubmitOptions {
             backoff_max: Duration::from_secs(5),
         }
     }
+}
+
+/// The worker's address as `--server` gives it, checked before anything is sent:
+/// `http://HOST[:PORT]`, a trailing `/` allowed. Without this a typo (no scheme, a path)
+/// would be tried and retried as if the worker were down, and end in "may or may not have
+/// been applied" for a request that never left. The error says what is expected.
+pub fn check_server(server: &str) -> Result<(), String> {
+    const EXPECTED: &str = "expected the worker's address as http://HOST:PORT, such as \
+        http://127.0.0.1:7420";
+    let Some((scheme, rest)) = server.split_once("://") else {
+        return Err(format!(
+            "{server} has no scheme; {EXPECTED} (write http://{server} for a worker there)"
+        ));
+    };
+    if scheme.eq_ignore_ascii_case("https") {
+        return Err(format!(
+            "{EXPECTED}: the worker and this command speak plain HTTP (put a TLS proxy in \
+             front of the worker for other hosts, and point --server at its plain side)"
+        ));
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(format!("the scheme is {scheme}, not http; {EXPECTED}"));
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if !tail.is_empty() && tail != "/" {
+        return Err(format!(
+            "{server} has a path or query ({tail}); {EXPECTED}, with nothing after the \
+             port: the command adds the API's paths (/v1/...) itself"
+        ));
+    }
+    if authority.contains('@') {
+        return Err(format!(
+            "{EXPECTED}, without user or password: the client's secret goes in --token"
+        ));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        // An IPv6 address's own colons are inside its brackets.
+        Some((host, port)) if !port.contains(']') => (host, Some(port)),
+        _ => (authority, None),
+    };
+    if host.is_empty() {
+        return Err(format!("{server} names no host; {EXPECTED}"));
+    }
+    if let Some(port) = port
+        && !port.parse::<u16>().is_ok_and(|p| p > 0)
+    {
+        return Err(format!(
+            "the port must be a number from 1 to 65535; {EXPECTED}"
+        ));
+    }
+    ureq::http::Uri::try_from(format!("http://{authority}/"))
+        .map(|_| ())
+        .map_err(|_| format!("{authority} is not a host name or address; {EXPECTED}"))
 }
 
 /// The last HTTP answer received.
@@ -291,6 +347,125 @@ pub fn submit(
     }
 }
 
+/// `text` as a path segment or a query value: a key is any visible ASCII, so all but the
+/// unreserved characters are escaped (the worker decodes them).
+pub fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            escaped.push(char::from(b));
+        } else {
+            escaped.push_str(&format!("%{b:02X}"));
+        }
+    }
+    escaped
+}
+
+/// The answer to a read (`GET`), after the retries.
+#[derive(Debug)]
+pub struct Fetched {
+    pub answer: Option<Answer>,
+    pub attempts: u32,
+    pub no_answer: Option<NoAnswer>,
+    pub server: String,
+}
+
+impl Fetched {
+    /// The exit code of a read (docs/contract.md): 0 answered, 3 no such account or key,
+    /// 2 a request the worker refused as invalid, 1 anything else (no answer, 5xx after
+    /// the retries, 401, 403, an endpoint the worker does not have).
+    pub fn exit_code(&self) -> u8 {
+        let Some(answer) = &self.answer else {
+            return 1;
+        };
+        match (answer.status, answer.code().as_deref()) {
+            (200, _) => 0,
+            (404, Some("account_not_found" | "key_not_found")) => 3,
+            (400, _) => 2,
+            _ => 1,
+        }
+    }
+
+    /// The body as JSON, on a 200.
+    pub fn found(&self) -> Option<Value> {
+        self.answer
+            .as_ref()
+            .filter(|a| a.status == 200)
+            .and_then(Answer::json)
+    }
+
+    /// What went wrong, for a person, with the same advice `submit` gives.
+    pub fn failure(&self) -> String {
+        if let Some(answer) = &self.answer
+            && answer.status == 404
+            && self.exit_code() == 3
+        {
+            let v = answer.json().unwrap_or(Value::Null);
+            return format!(
+                "not found: {} - {}",
+                v["code"].as_str().unwrap_or_default(),
+                v["title"].as_str().unwrap_or_default()
+            );
+        }
+        let verdict = if self.exit_code() == 2 {
+            Verdict::Invalid
+        } else {
+            Verdict::Failed
+        };
+        render(
+            &Submitted {
+                verdict,
+                answer: self.answer.clone(),
+                attempts: self.attempts,
+                no_answer: self.no_answer.clone(),
+                server: self.server.clone(),
+            },
+            None,
+        )
+    }
+}
+
+/// `GET path_and_query` (its parts already escaped), retried on transport failures and
+/// 5xx like a command: a read changes nothing, so repeating it is always safe. `log`
+/// hears of each retry.
+pub fn read(options: &SubmitOptions, path_and_query: &str, log: &mut dyn FnMut(&str)) -> Fetched {
+    let url = url(options, path_and_query);
+    let auth = bearer(options);
+    let mut request = |agent: &ureq::Agent| {
+        let mut request = agent.get(&url);
+        if let Some(a) = &auth {
+            request = request.header("Authorization", a);
+        }
+        request.call()
+    };
+    let decide = |a: &Answer| match a.status {
+        500..=599 => Step::Retry,
+        _ => Step::Done(()),
+    };
+    let x = exchange(options, &mut request, &decide, "asking again", log);
+    Fetched {
+        answer: x.last,
+        attempts: x.attempts,
+        no_answer: x.no_answer,
+        server: options.server.clone(),
+    }
+}
+
+/// The body `submit --json` prints: the worker's, with `"replayed"` added to a stored
+/// answer (a receipt or a business rejection, which carry `outcome`) from the
+/// `Idempotent-Replayed` header. The worker's body is the same bytes for a first answer
+/// and its replays, so without this a script could not tell them apart. Other answers
+/// (400, 409, a reused key) are printed as the worker sent them.
+pub fn json_output(answer: &Answer) -> String {
+    match answer.json() {
+        Some(Value::Object(mut map)) if map.contains_key("outcome") => {
+            map.insert("replayed".into(), Value::Bool(answer.replayed));
+            Value::Object(map).to_string()
+        }
+        _ => answer.body.clone(),
+    }
+}
+
 /// What the worker knows of the withdrawal a refund names.
 #[derive(Debug)]
 pub enum Withdrawal {
@@ -307,17 +482,7 @@ pub enum Withdrawal {
 /// Asks the worker for the withdrawal `key` (`GET /v1/keys/{key}`), for its currency: a
 /// refund's amount is typed in it. Retried like a command; reading changes nothing.
 pub fn withdrawal(options: &SubmitOptions, key: &Key, log: &mut dyn FnMut(&str)) -> Withdrawal {
-    // A key is any visible ASCII; in a path segment all but the unreserved characters
-    // are escaped (the worker decodes them).
-    let mut escaped = String::new();
-    for b in key.as_str().bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            escaped.push(char::from(b));
-        } else {
-            escaped.push_str(&format!("%{b:02X}"));
-        }
-    }
-    let url = url(options, &format!("/v1/keys/{escaped}"));
+    let url = url(options, &format!("/v1/keys/{}", escape(key.as_str())));
     let auth = bearer(options);
     let mut request = |agent: &ureq::Agent| {
         let mut request = agent.get(&url);
@@ -353,35 +518,6 @@ pub fn withdrawal(options: &SubmitOptions, key: &Key, log: &mut dyn FnMut(&str))
         (200, Some(other), _) => Withdrawal::NotAWithdrawal(other.to_owned()),
         (404, ..) => Withdrawal::Unknown,
         _ => failed(x),
-    }
-}
-
-/// `minor` units of `currency` as a person reads them: `1,000.00 RUB`.
-fn money(v: &Value, currency: &str) -> String {
-    let minor = match v {
-        Value::Number(n) => n.as_i64().map(i128::from),
-        // Wide balances are written as strings (ledger::fact::json::wide).
-        Value::String(s) => s.parse::<i128>().ok(),
-        _ => None,
-    };
-    match minor {
-        Some(m) if !currency.is_empty() => money::format(m, currency),
-        Some(m) => m.to_string(),
-        None => "?".to_owned(),
-    }
-}
-
-/// The command an answer is about, in words: `withdraw 3.00 RUB from alice`. A refund's
-/// rejection carries no currency; `currency` is the one the CLI knows.
-fn describe_command(v: &Value, currency: Option<&str>) -> String {
-    let s = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
-    let code = v["currency"].as_str().or(currency).unwrap_or_default();
-    let amount = money(&v["amount"], code);
-    match s("command").as_str() {
-        "deposit" => format!("deposit {amount} to {}", s("account")),
-        "withdraw" => format!("withdraw {amount} from {}", s("account")),
-        "refund" => format!("refund {amount} of withdrawal {}", s("withdrawal")),
-        other => other.to_owned(),
     }
 }
 
@@ -445,8 +581,7 @@ pub fn render(submitted: &Submitted, currency: Option<&str>) -> String {
             }
             format!(
                 "rejected{}: {} - {}\n  {}\n{figures}  key      {}\n  seq      {}\n  \
-                 at       {}\n  (the rejection is final for this key; a retry gets the same \
-                 answer)",
+                 at       {}\n  {}",
                 if answer.replayed { " (replayed)" } else { "" },
                 s("code"),
                 s("title"),
@@ -454,6 +589,7 @@ pub fn render(submitted: &Submitted, currency: Option<&str>) -> String {
                 s("key"),
                 s("seq"),
                 s("created_at"),
+                rejection_advice(&s("key")),
             )
         }
         Verdict::KeyReused => format!(

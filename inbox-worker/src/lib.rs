@@ -28,6 +28,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod access;
 pub mod api;
 pub mod client;
 pub mod demo;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use inbox_worker::access::Token;
 use inbox_worker::api::{ApiOptions, ServeConfig};
 use inbox_worker::client::{self, SubmitOptions};
 use inbox_worker::wire::parse_duration;
@@ -61,6 +62,77 @@ enum Cmd {
         #[command(subcommand)]
         command: SubmitCmd,
     },
+    /// Show an account's balance, read from a running worker.
+    #[command(long_about = "Show an account's balance, read from a running worker \
+        (GET /v1/accounts/{id}), in major units; --json prints the worker's body (minor \
+        units).\n\nExit codes: 0 shown, 3 no such account, 2 invalid input, 1 anything \
+        else.\n\nExample:\n  inbox-worker balance alice")]
+    Balance {
+        /// The account (a system account, such as @world, too).
+        account: String,
+        /// The balance after every fact with this seq or a lower one (a user account).
+        #[arg(long, value_name = "SEQ", conflicts_with = "as_of")]
+        as_of_seq: Option<u64>,
+        /// The balance after every fact recorded at or before this time (RFC 3339, such
+        /// as 2026-12-07T10:00:00Z; a user account).
+        #[arg(long, value_name = "TIME")]
+        as_of: Option<String>,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// List an account's movements with the balance after each, a page at a time.
+    #[command(
+        long_about = "List a user account's movements (deposits, withdrawals and \
+        refunds to it) in the order of the log, each with its change and the balance after \
+        it, read from a running worker (GET /v1/accounts/{id}/facts). One page at a time; \
+        the last line says how to get the next, or --all reads them all.\n\nExit codes: \
+        0 shown, 3 no such account, 2 invalid input, 1 anything else.\n\nExample:\n  \
+        inbox-worker statement alice"
+    )]
+    Statement {
+        /// The account (a user account: a system account takes the other leg of every
+        /// movement, which GET /v1/facts lists).
+        account: String,
+        #[command(flatten)]
+        page: Page,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// Show what a key holds: its command, its outcome, how long its answer is kept.
+    #[command(
+        long_about = "Show what one of your keys holds, read from a running worker \
+        (GET /v1/keys/{key}): its status, its command, its outcome (applied, or the \
+        rejection and the figure it was decided on) and until when its answer is \
+        kept.\n\nExit codes: 0 shown, 3 no such key for this client, 2 invalid input, 1 \
+        anything else.\n\nExample:\n  inbox-worker key req-7f3a"
+    )]
+    Key {
+        /// The idempotency key.
+        key: String,
+        #[command(flatten)]
+        connection: Connection,
+    },
+    /// List the accounts and their balances, a page at a time.
+    #[command(
+        long_about = "List the accounts with their balances in name order, system \
+        accounts included, and the sums per currency, read from a running worker \
+        (GET /v1/accounts). One page at a time; the last line says how to get the next, or \
+        --all reads them all.\n\nExit codes: 0 shown, 2 invalid input, 1 anything \
+        else.\n\nExample:\n  inbox-worker accounts --all"
+    )]
+    Accounts {
+        /// Start after this account name (the `next` a page ended with).
+        #[arg(long, value_name = "NAME")]
+        after: Option<String>,
+        /// Accounts per page, 1 to 1000 (default: the worker's, 100).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        limit: Option<u64>,
+        /// Read every page, following `next` to the end.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// Feed a JSON-lines file of messages through the inbox of a ledger folder.
     #[command(long_about = CONSUME_HELP)]
     Consume(ConsumeArgs),
@@ -112,6 +184,16 @@ enum Cmd {
         /// temporary one. A folder holding other commands than the demo's is refused.
         #[arg(long)]
         db: Option<PathBuf>,
+    },
+    /// Run a scenario script on a fresh ledger and print its transcript.
+    #[command(
+        long_about = "Run a scenario script (docs/library.md: one step per line, such as         `shop/ord-1 deposit alice 1000 RUB`, `clock +25h`, `balances`) on a fresh ledger in         a temporary folder with a hand-moved clock, and print the transcript: every answer,         balance, statement and key state, the same on every run. Snapshot it in any         language to test your own flows.\n\nExit codes: 0 the transcript, 2 a line that is         not a step (its number is said), 1 the ledger failed or a guarantee broke.\n\n\
+        Example:\n  inbox-worker replay --script flows/refund.txt"
+    )]
+    Replay {
+        /// The script, or - for standard input.
+        #[arg(long, value_name = "FILE|-")]
+        script: String,
     },
 }
 
@@ -176,12 +258,27 @@ struct ServeArgs {
         hide_env_values = true
     )]
     listen: SocketAddr,
-    /// A client and its bearer secret, NAME=SECRET; repeatable. Keys are scoped by client.
-    #[arg(long = "token", value_name = "NAME=SECRET")]
+    /// A tenant's bearer secret, TENANT[:ROLE]=SECRET; repeatable. ROLE is submit (the
+    /// default), read, or command kinds joined by ',' (deposit,withdraw,refund). A tenant's
+    /// accounts, keys and facts are its own.
+    #[arg(long = "token", value_name = "TENANT[:ROLE]=SECRET")]
     tokens: Vec<String>,
-    /// A file of NAME=SECRET lines ('#' starts a comment); keeps secrets out of `ps`.
+    /// A file of TENANT[:ROLE]=SECRET lines ('#' starts a comment); keeps secrets out of
+    /// `ps`.
     #[arg(long, value_name = "FILE")]
     tokens_file: Option<PathBuf>,
+    /// Listen on a non-loopback address without tokens: anyone who reaches the port may
+    /// move the tenant `default`'s money. Only for a network you trust end to end.
+    #[arg(long)]
+    allow_no_tokens: bool,
+    /// The currencies commands may name, e.g. RUB,EUR (default: any ISO 4217 code);
+    /// another is refused with 400 before the ledger sees it, the key left unused.
+    #[arg(long, value_delimiter = ',', value_name = "CODE,…", value_parser = parse_iso_currency)]
+    currencies: Vec<ledger::Currency>,
+    /// The tenant the RabbitMQ queue serves: its messages act for it, and one naming
+    /// another tenant is refused (default: each message names its own, `default` if none).
+    #[arg(long, value_name = "TENANT")]
+    queue_client: Option<String>,
     /// The operator's bearer secret for /v1/live/* when client tokens are configured.
     #[arg(
         long,
@@ -250,12 +347,12 @@ struct ServeArgs {
     max_deliveries: u32,
 }
 
-/// How `submit` reaches the worker, and what it prints. Shown after each command's own
-/// arguments, under their own heading.
+/// How `submit` and the reads reach the worker, and what they print. Shown after each
+/// command's own arguments, under their own heading.
 #[derive(Args)]
 #[command(next_help_heading = "Connection")]
 struct Connection {
-    /// The worker's address.
+    /// The worker's address, http://HOST:PORT.
     #[arg(
         long,
         default_value = "http://127.0.0.1:7420",
@@ -263,15 +360,30 @@ struct Connection {
         hide_env_values = true
     )]
     server: String,
-    /// Your client's bearer secret (when the worker has tokens).
+    /// Your bearer secret (when the worker has tokens).
     #[arg(long, env = "IDEM_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Retries after the first attempt, for transport failures, 5xx and 409.
     #[arg(long, default_value_t = 5)]
     retries: u32,
-    /// Print the server's JSON body (amounts in minor units) instead of the receipt.
+    /// Print the worker's JSON body (amounts in minor units) instead of text; `submit`
+    /// adds "replayed" to a stored answer.
     #[arg(long)]
     json: bool,
+}
+
+/// The page of a statement.
+#[derive(Args)]
+struct Page {
+    /// Start after this seq (the `next_after` a page ended with).
+    #[arg(long, value_name = "SEQ")]
+    after: Option<u64>,
+    /// Movements per page, 1 to 1000 (default: the worker's, 100).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    limit: Option<u64>,
+    /// Read every page, following `next_after` to the end.
+    #[arg(long)]
+    all: bool,
 }
 
 /// `submit --via`: publishing to RabbitMQ instead of calling a worker.
@@ -310,8 +422,9 @@ enum SubmitCmd {
         /// The account: letters, digits, '_', '-', '.', ':' (not starting with '@').
         #[arg(long)]
         account: String,
-        /// In major units, as written: 12.50 (at most the currency's decimals).
-        #[arg(long)]
+        /// In major units, as written: 12.50 or 1,000.00 (at most the currency's
+        /// decimals).
+        #[arg(long, allow_hyphen_values = true)]
         amount: String,
         /// ISO 4217 code, e.g. RUB.
         #[arg(long)]
@@ -329,8 +442,9 @@ enum SubmitCmd {
         /// The account to take the money from.
         #[arg(long)]
         account: String,
-        /// In major units, as written: 12.50 (at most the currency's decimals).
-        #[arg(long)]
+        /// In major units, as written: 12.50 or 1,000.00 (at most the currency's
+        /// decimals).
+        #[arg(long, allow_hyphen_values = true)]
         amount: String,
         /// ISO 4217 code; must be the account's currency.
         #[arg(long)]
@@ -356,7 +470,7 @@ enum SubmitCmd {
         #[arg(long)]
         withdrawal: String,
         /// In major units of the withdrawal's currency: 1.50.
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         amount: String,
         /// The withdrawal's currency: checked against it over HTTP; required with --via,
         /// where no worker is asked.
@@ -377,9 +491,15 @@ struct ConsumeArgs {
     /// The JSON-lines file, or - for standard input.
     #[arg(long, value_name = "FILE|-")]
     from: String,
-    /// The client of messages that name none.
+    /// The tenant (client) of messages that name none.
     #[arg(long, default_value = "default")]
     client: String,
+    /// Refuse messages that name a tenant other than --client (a file of one tenant's).
+    #[arg(long)]
+    only_client: bool,
+    /// The currencies commands may name, e.g. RUB,EUR (default: any ISO 4217 code).
+    #[arg(long, value_delimiter = ',', value_name = "CODE,…", value_parser = parse_iso_currency)]
+    currencies: Vec<ledger::Currency>,
     /// How long a done key keeps its stored response.
     #[arg(long, default_value = "24h", value_parser = parse_duration)]
     retention: Duration,
@@ -394,6 +514,24 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Cmd::Serve(args) => serve(args).map(|()| 0),
         Cmd::Submit { command } => submit(command),
+        Cmd::Balance {
+            account,
+            as_of_seq,
+            as_of,
+            connection,
+        } => balance(&account, (as_of_seq, as_of.as_deref()), &connection),
+        Cmd::Statement {
+            account,
+            page,
+            connection,
+        } => statement(&account, &page, &connection),
+        Cmd::Key { key, connection } => show_key(&key, &connection),
+        Cmd::Accounts {
+            after,
+            limit,
+            all,
+            connection,
+        } => accounts(after.as_deref(), limit, all, &connection),
         Cmd::Consume(args) => consume(args),
         Cmd::Verify { db, store } => match (db, store) {
             (_, Some(url)) => verify_pg(&url),
@@ -404,6 +542,7 @@ fn main() -> ExitCode {
         Cmd::Demo { db } => {
             demo::run(db.as_deref(), &mut std::io::stdout()).map(|ok| u8::from(!ok))
         }
+        Cmd::Replay { script } => replay(&script),
     };
     match code {
         Ok(c) => ExitCode::from(c),
@@ -414,7 +553,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_tokens(args: &ServeArgs) -> anyhow::Result<Vec<(ClientId, String)>> {
+fn parse_tokens(args: &ServeArgs) -> anyhow::Result<Vec<Token>> {
     let mut lines: Vec<(String, String)> = args
         .tokens
         .iter()
@@ -430,22 +569,27 @@ fn parse_tokens(args: &ServeArgs) -> anyhow::Result<Vec<(ClientId, String)>> {
             }
         }
     }
-    let mut out: Vec<(ClientId, String)> = Vec::new();
+    let mut out: Vec<Token> = Vec::new();
     for (origin, line) in lines {
-        let (name, secret) = line
-            .split_once('=')
-            .with_context(|| format!("{origin}: expected NAME=SECRET"))?;
-        let client = ClientId::parse(name.trim()).with_context(|| origin.clone())?;
-        let secret = secret.trim().to_owned();
-        if secret.is_empty() {
-            anyhow::bail!("{origin}: the secret is empty");
+        let token = Token::parse(&line).map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+        if out.iter().any(|t| t.secret == token.secret)
+            || args.admin_token.as_deref() == Some(token.secret.as_str())
+        {
+            anyhow::bail!("{origin}: two tokens share one secret");
         }
-        if out.iter().any(|(_, s)| *s == secret) {
-            anyhow::bail!("{origin}: two clients share one secret");
-        }
-        out.push((client, secret));
+        out.push(token);
     }
     Ok(out)
+}
+
+/// A currency for `--currencies`: an ISO 4217 code, so that a typo in the worker's own
+/// list is caught at start.
+fn parse_iso_currency(s: &str) -> Result<ledger::Currency, String> {
+    let code = ledger::Currency::parse(s.trim()).map_err(|e| e.to_string())?;
+    if !money::is_iso_code(code.as_str()) {
+        return Err("not an ISO 4217 code".into());
+    }
+    Ok(code)
 }
 
 /// A group wait: a duration of at most a second, since every command of a group waits it.
@@ -463,6 +607,19 @@ fn parse_group_wait(s: &str) -> Result<Duration, String> {
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let tokens = parse_tokens(&args)?;
+    let inbox_rules = inbox::InboxRules {
+        currencies: args.currencies.clone(),
+        ..match args
+            .queue_client
+            .as_deref()
+            .map(ClientId::parse)
+            .transpose()
+        {
+            Ok(Some(tenant)) => inbox::InboxRules::only(tenant),
+            Ok(None) => inbox::InboxRules::default(),
+            Err(e) => anyhow::bail!("--queue-client: {e}"),
+        }
+    };
     let sweep_every = args.sweep_every.unwrap_or_else(|| {
         (args.retention / 2).clamp(Duration::from_millis(100), Duration::from_secs(5))
     });
@@ -476,6 +633,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pg_allow_unsafe_settings: args.pg_allow_unsafe_settings,
         amqp: args.amqp.filter(|u| !u.is_empty()).map(|url| {
             let mut o = inbox_worker::inbox::amqp::AmqpOptions::new(url, args.queue.clone());
+            o.rules = inbox_rules.clone();
             o.prefetch = args.prefetch.max(1);
             o.max_deliveries = args.max_deliveries.max(1);
             o
@@ -487,6 +645,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         api: ApiOptions {
             tokens,
             admin_token: args.admin_token.filter(|t| !t.is_empty()),
+            allow_no_tokens: args.allow_no_tokens,
+            currencies: args.currencies,
             in_flight_wait: args.in_flight_wait,
             sweep_every,
             verify_every: args.verify_every,
@@ -570,6 +730,12 @@ fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
         retries: connection.retries,
         ..SubmitOptions::default()
     };
+    if publish.via.is_none()
+        && let Err(why) = client::check_server(&options.server)
+    {
+        eprintln!("invalid --server: {why}; nothing was sent");
+        return Ok(2);
+    }
     // Parse, then validate: refuse locally what the server would refuse, with exit 2.
     let built = match build(&cmd, &options, publish.via.is_some()) {
         Ok(b) => b,
@@ -589,7 +755,7 @@ fn submit(cmd: SubmitCmd) -> anyhow::Result<u8> {
         eprintln!("{line}");
     });
     match (&submitted.answer, connection.json) {
-        (Some(answer), true) => println!("{}", answer.body),
+        (Some(answer), true) => println!("{}", client::json_output(answer)),
         _ => {
             let text = client::render(&submitted, Some(built.currency.as_str()));
             if submitted.verdict.exit_code() == 0 {
@@ -642,9 +808,8 @@ fn build(cmd: &SubmitCmd, options: &SubmitOptions, via: bool) -> Result<Built, R
         } => {
             let key = Key::parse(key).map_err(|e| Invalid::from(("--key", e)))?;
             let account = Account::parse(account).map_err(|e| Invalid::from(("--account", e)))?;
-            let currency =
-                Currency::parse(currency).map_err(|e| Invalid::from(("--currency", e)))?;
-            let amount = major_units(amount, currency)?;
+            let currency = iso_currency(currency)?;
+            let amount = major_units(amount, currency, cmd)?;
             let command = if matches!(cmd, SubmitCmd::Deposit { .. }) {
                 Command::Deposit {
                     account,
@@ -674,11 +839,7 @@ fn build(cmd: &SubmitCmd, options: &SubmitOptions, via: bool) -> Result<Built, R
             let key = Key::parse(key).map_err(|e| Invalid::from(("--key", e)))?;
             let withdrawal =
                 Key::parse(withdrawal).map_err(|e| Invalid::from(("--withdrawal", e)))?;
-            let stated = currency
-                .as_deref()
-                .map(Currency::parse)
-                .transpose()
-                .map_err(|e| Invalid::from(("--currency", e)))?;
+            let stated = currency.as_deref().map(iso_currency).transpose()?;
             let currency = if via {
                 stated.ok_or_else(|| {
                     Invalid(
@@ -690,7 +851,7 @@ fn build(cmd: &SubmitCmd, options: &SubmitOptions, via: bool) -> Result<Built, R
             } else {
                 withdrawal_currency(options, &withdrawal, stated)?
             };
-            let amount = major_units(amount, currency)?;
+            let amount = major_units(amount, currency, cmd)?;
             Ok(Built {
                 key,
                 command: Command::Refund { withdrawal, amount },
@@ -729,16 +890,308 @@ fn withdrawal_currency(
     }
 }
 
-/// `--amount` in major units of `currency` as an exact amount of minor units.
-fn major_units(text: &str, currency: Currency) -> Result<Amount, Invalid> {
+/// `--currency` as a code of the ISO 4217 table: a well-formed code that is not one (`USS`
+/// for `USD`) would be applied, and fix a new account to it for ever.
+fn iso_currency(text: &str) -> Result<Currency, Invalid> {
+    let currency = Currency::parse(text).map_err(|e| Invalid::from(("--currency", e)))?;
+    if !money::is_iso_code(currency.as_str()) {
+        return Err(Invalid(format!(
+            "invalid --currency: {} is not an ISO 4217 currency code (such as USD, EUR, RUB, \
+             JPY)",
+            currency.as_str()
+        )));
+    }
+    Ok(currency)
+}
+
+/// `--amount` in major units of `currency` as an exact amount of minor units. A sign is
+/// refused with what the command's kind already says about the direction.
+fn major_units(text: &str, currency: Currency, cmd: &SubmitCmd) -> Result<Amount, Invalid> {
     let code = currency.as_str();
-    let minor = money::parse(text, code).map_err(|e| Invalid::from(("--amount", e)))?;
+    let minor = money::parse(text, code).map_err(|e| match e {
+        money::ParseError::Negative => {
+            let direction = match cmd {
+                SubmitCmd::Deposit { .. } => "a deposit puts money in",
+                SubmitCmd::Withdraw { .. } => "a withdrawal takes money out",
+                SubmitCmd::Refund { .. } => "a refund gives money back",
+            };
+            Invalid(format!(
+                "invalid --amount: the amount must be more than zero: {direction}, give the \
+                 amount without a sign"
+            ))
+        }
+        e => Invalid::from(("--amount", e)),
+    })?;
     Amount::new(minor).map_err(|_| {
         Invalid(format!(
             "invalid --amount: at most {}",
             money::format(i128::from(ledger::domain::AMOUNT_MAX), code)
         ))
     })
+}
+
+/// The options of a read: where the worker is and the secret, checked before anything is
+/// sent; `Err` is the exit code of a refusal already printed.
+fn read_options(connection: &Connection) -> Result<SubmitOptions, u8> {
+    if let Err(why) = client::check_server(&connection.server) {
+        eprintln!("invalid --server: {why}; nothing was sent");
+        return Err(2);
+    }
+    Ok(SubmitOptions {
+        server: connection.server.clone(),
+        token: connection.token.clone(),
+        retries: connection.retries,
+        ..SubmitOptions::default()
+    })
+}
+
+/// One `GET`; the body on a 200, else the failure printed and its exit code. `missing`
+/// says what a 404 of an unknown account or key means here.
+fn fetch(
+    options: &SubmitOptions,
+    path: &str,
+    json: bool,
+    missing: &str,
+) -> Result<serde_json::Value, u8> {
+    let fetched = client::read(options, path, &mut |line| eprintln!("{line}"));
+    if let Some(found) = fetched.found() {
+        return Ok(found);
+    }
+    match (&fetched.answer, json) {
+        (Some(answer), true) => println!("{}", answer.body),
+        _ if fetched.exit_code() == 3 => eprintln!("not found: {missing}"),
+        _ => eprintln!("{}", fetched.failure()),
+    }
+    Err(fetched.exit_code())
+}
+
+/// What a 404 `account_not_found` means for `account`.
+fn missing_account(account: &Account, options: &SubmitOptions) -> String {
+    format!(
+        "there is no account {} at {} (an account exists from its first deposit)",
+        account.as_str(),
+        options.server
+    )
+}
+
+/// The connection and the account of a read of one account; the exit code (2, nothing
+/// sent) when either is invalid.
+fn account_read(account: &str, connection: &Connection) -> Result<(SubmitOptions, Account), u8> {
+    let options = read_options(connection)?;
+    match Account::parse_any(account) {
+        Ok(a) => Ok((options, a)),
+        Err(e) => {
+            eprintln!("invalid ACCOUNT: {e}; nothing was sent");
+            Err(2)
+        }
+    }
+}
+
+/// `balance ACCOUNT`: exit 0 shown, 3 no such account, 2 invalid, 1 anything else.
+fn balance(
+    account: &str,
+    (as_of_seq, as_of): (Option<u64>, Option<&str>),
+    connection: &Connection,
+) -> anyhow::Result<u8> {
+    let (options, account) = match account_read(account, connection) {
+        Ok(read) => read,
+        Err(code) => return Ok(code),
+    };
+    let mut path = format!("/v1/accounts/{}", client::escape(account.as_str()));
+    if let Some(seq) = as_of_seq {
+        path.push_str(&format!("?as_of_seq={seq}"));
+    }
+    if let Some(at) = as_of {
+        // Checked here so that a typo is a local error, never a request.
+        if chrono::DateTime::parse_from_rfc3339(at).is_err() {
+            eprintln!(
+                "invalid --as-of: an RFC 3339 time, such as 2026-12-07T10:00:00Z; nothing was sent"
+            );
+            return Ok(2);
+        }
+        path.push_str(&format!("?as_of={}", client::escape(at)));
+    }
+    let missing = missing_account(&account, &options);
+    Ok(match fetch(&options, &path, connection.json, &missing) {
+        Ok(body) if connection.json => {
+            println!("{body}");
+            0
+        }
+        Ok(body) => {
+            println!("{}", text::balance(&body));
+            0
+        }
+        Err(code) => code,
+    })
+}
+
+/// `statement ACCOUNT`: one page, or every page with `--all`. With `--json` each page is
+/// the worker's body on a line of its own.
+fn statement(account: &str, page: &Page, connection: &Connection) -> anyhow::Result<u8> {
+    let (options, account) = match account_read(account, connection) {
+        Ok(read) => read,
+        Err(code) => return Ok(code),
+    };
+    let name = account.as_str();
+    let missing = missing_account(&account, &options);
+    let mut after = page.after;
+    loop {
+        let mut path = format!("/v1/accounts/{}/facts", client::escape(name));
+        let query: Vec<String> = [
+            after.map(|a| format!("after={a}")),
+            page.limit.map(|l| format!("limit={l}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !query.is_empty() {
+            path.push('?');
+            path.push_str(&query.join("&"));
+        }
+        let body = match fetch(&options, &path, connection.json, &missing) {
+            Ok(b) => b,
+            Err(code) => return Ok(code),
+        };
+        let next = body["next_after"].as_u64();
+        if connection.json {
+            println!("{body}");
+        } else {
+            println!("{}", text::statement(&body));
+        }
+        match next {
+            Some(n) if page.all => after = Some(n),
+            Some(n) if !connection.json => {
+                let limit = page
+                    .limit
+                    .map(|l| format!(" --limit {l}"))
+                    .unwrap_or_default();
+                println!("next page: inbox-worker statement {name} --after {n}{limit} (or --all)");
+                return Ok(0);
+            }
+            _ => return Ok(0),
+        }
+    }
+}
+
+/// `key KEY`: exit 0 shown, 3 no such key of this client, 2 invalid, 1 anything else. A
+/// refund's amount is shown in its withdrawal's currency, asked from the worker when the
+/// key's outcome does not carry it.
+fn show_key(key: &str, connection: &Connection) -> anyhow::Result<u8> {
+    let options = match read_options(connection) {
+        Ok(o) => o,
+        Err(code) => return Ok(code),
+    };
+    let key = match Key::parse(key) {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("invalid KEY: {e}; nothing was sent");
+            return Ok(2);
+        }
+    };
+    let path = format!("/v1/keys/{}", client::escape(key.as_str()));
+    let missing = format!(
+        "this client has no key {} at {} (a key is its client's own; one never sent, or \
+         refused before the ledger saw it, holds nothing)",
+        key.as_str(),
+        options.server
+    );
+    let body = match fetch(&options, &path, connection.json, &missing) {
+        Ok(b) => b,
+        Err(code) => return Ok(code),
+    };
+    if connection.json {
+        println!("{body}");
+        return Ok(0);
+    }
+    let currency = match (
+        body["withdrawal"].as_str(),
+        body["outcome"]["currency"].as_str(),
+    ) {
+        (Some(w), None) => Key::parse(w).ok().and_then(|w| {
+            match client::withdrawal(&options, &w, &mut |line| eprintln!("{line}")) {
+                client::Withdrawal::In(c) => Some(c),
+                _ => None,
+            }
+        }),
+        _ => None,
+    };
+    println!(
+        "{}",
+        text::key(&body, currency.as_ref().map(Currency::as_str))
+    );
+    Ok(0)
+}
+
+/// `accounts`: one page, or every page with `--all` (following `next`). With `--json`
+/// each page is the worker's body on a line of its own. Parameters the user did not give
+/// are not sent: the worker's defaults apply.
+fn accounts(
+    after: Option<&str>,
+    limit: Option<u64>,
+    all: bool,
+    connection: &Connection,
+) -> anyhow::Result<u8> {
+    let options = match read_options(connection) {
+        Ok(o) => o,
+        Err(code) => return Ok(code),
+    };
+    if let Some(a) = after
+        && let Err(e) = Account::parse_any(a)
+    {
+        eprintln!("invalid --after: {e}; nothing was sent");
+        return Ok(2);
+    }
+    let mut after = after.map(str::to_owned);
+    let mut widths = (0, 0);
+    let mut printed = 0usize;
+    loop {
+        let query: Vec<String> = [
+            after
+                .as_deref()
+                .map(|a| format!("after={}", client::escape(a))),
+            limit.map(|l| format!("limit={l}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let path = if query.is_empty() {
+            "/v1/accounts".to_owned()
+        } else {
+            format!("/v1/accounts?{}", query.join("&"))
+        };
+        // The listing has no 404: every other answer is a failure.
+        let body = match fetch(&options, &path, connection.json, "") {
+            Ok(b) => b,
+            Err(code) => return Ok(code),
+        };
+        let next = body["next"].as_str().map(str::to_owned);
+        if connection.json {
+            println!("{body}");
+        } else {
+            let rows = text::accounts_page(&body, &mut widths);
+            if !rows.is_empty() {
+                println!("{rows}");
+                printed += 1;
+            }
+        }
+        match next {
+            Some(n) if all => after = Some(n),
+            Some(n) if !connection.json => {
+                let limit = limit.map(|l| format!(" --limit {l}")).unwrap_or_default();
+                println!("next page: inbox-worker accounts --after {n}{limit} (or --all)");
+                return Ok(0);
+            }
+            _ => {
+                if !connection.json {
+                    if printed == 0 {
+                        println!("no accounts");
+                    }
+                    println!("sums: {}", text::sums(&body));
+                }
+                return Ok(0);
+            }
+        }
+    }
 }
 
 /// `submit --via amqp://…`: one message, published with a publisher confirm. Exit 0 once
@@ -772,8 +1225,13 @@ fn send_to_broker(url: &str, publish: &Publish, built: &Built) -> anyhow::Result
         [body],
     )) {
         Ok(_) => {
+            // The confirm only says the broker holds the message: the worker may still
+            // apply it, reject it or refuse it (a reused key or message id), so the line
+            // says where the outcome is read.
             println!(
-                "published: {} {} (key {}, message {}) to queue {}; confirmed by the broker",
+                "published: {} {} (key {}, message {}) to queue {}; the broker has it, \
+                 which is not an outcome: the consuming worker decides it. Read the outcome \
+                 with GET /v1/keys/{}; a refused message is in GET /v1/live/quarantine",
                 built.command.name(),
                 money::format(
                     i128::from(built.command.amount().units()),
@@ -781,7 +1239,8 @@ fn send_to_broker(url: &str, publish: &Publish, built: &Built) -> anyhow::Result
                 ),
                 key.as_str(),
                 message_id.as_str(),
-                publish.queue
+                publish.queue,
+                key.as_str()
             );
             Ok(0)
         }
@@ -796,8 +1255,12 @@ fn send_to_broker(url: &str, publish: &Publish, built: &Built) -> anyhow::Result
 }
 
 fn consume(args: ConsumeArgs) -> anyhow::Result<u8> {
-    let client = match ClientId::parse(&args.client) {
-        Ok(c) => c,
+    let rules = match ClientId::parse(&args.client) {
+        Ok(default) => inbox::InboxRules {
+            default,
+            only: args.only_client,
+            currencies: args.currencies.clone(),
+        },
         Err(e) => {
             eprintln!("invalid --client: {e}");
             return Ok(2);
@@ -832,7 +1295,7 @@ fn consume(args: ConsumeArgs) -> anyhow::Result<u8> {
         .build()
         .context("starting the async runtime")?;
     let result = runtime.block_on(inbox::jsonl::consume(
-        &ledger, &mut input, &client, &progress,
+        &ledger, &mut input, &rules, &progress,
     ));
     progress.finish_and_clear();
     ledger.blocking().shutdown();
@@ -919,4 +1382,23 @@ fn verify(db: &Path) -> anyhow::Result<u8> {
     println!("{}", text::verify_summary(&report));
     let _ = std::io::stdout().flush();
     Ok(if report.ok() { 0 } else { 1 })
+}
+
+/// `replay`: a scenario script's transcript on stdout (docs/library.md).
+fn replay(path: &str) -> anyhow::Result<u8> {
+    let text = if path == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading the script from stdin")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?
+    };
+    let scenario = match ledger::scenario::Scenario::parse(&text) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{path}: {e}; nothing ran");
+            return Ok(2);
+        }
+    };
+    let transcript = scenario.run().context("the scenario stopped")?;
+    print!("{transcript}");
+    Ok(0)
 }

@@ -1,7 +1,8 @@
 //! The wire forms of commands: parses JSON from HTTP bodies and inbox lines into the
 //! ledger's validated [`Command`]. Parse, then validate: only a `Command` travels inward.
-//! No error message here quotes the client's input, because it ends up in HTTP answers,
-//! logs and the quarantine.
+//! No error message here quotes the client's values, because they end up in HTTP answers,
+//! logs and the quarantine; the one thing named is an unknown field, by its name, when the
+//! name is short and printable (see [`unknown_field`]).
 
 use ledger::{Account, Amount, Command, Currency, Key};
 use serde::Deserialize;
@@ -21,6 +22,23 @@ impl CommandKind {
             CommandKind::Deposit => "/v1/deposits",
             CommandKind::Withdraw => "/v1/withdrawals",
             CommandKind::Refund => "/v1/refunds",
+        }
+    }
+
+    /// The command as the refusal of its body names it: deposits and withdrawals have one
+    /// shape, and one body is refused alike by both.
+    fn noun(self) -> &'static str {
+        match self {
+            CommandKind::Deposit | CommandKind::Withdraw => "a deposit or a withdrawal",
+            CommandKind::Refund => "a refund",
+        }
+    }
+
+    /// The members its body has, exactly.
+    fn members(self) -> &'static [&'static str] {
+        match self {
+            CommandKind::Deposit | CommandKind::Withdraw => &["account", "amount", "currency"],
+            CommandKind::Refund => &["withdrawal", "amount"],
         }
     }
 
@@ -69,6 +87,73 @@ fn describe(e: &serde_json::Error, shape: &str) -> Invalid {
         e.line(),
         e.column()
     ))
+}
+
+/// The longest unknown field name a refusal repeats: a name is the client's own text, and
+/// an answer, a log line or a quarantine record must stay small whatever was sent.
+const NAMED_FIELD_MAX: usize = 64;
+
+/// The first member of `object` that `allowed` does not list, as a refusal names it:
+/// `` `acount` `` when the name is at most [`NAMED_FIELD_MAX`] bytes of visible ASCII
+/// (spaces allowed, backticks not), else a phrase that says why it is not repeated.
+/// serde's own message for an unknown field quotes the name whatever its length, so the
+/// name is found here instead.
+fn unknown_field(
+    object: &serde_json::Map<String, serde_json::Value>,
+    allowed: &[&str],
+) -> Option<String> {
+    let name = object.keys().find(|k| !allowed.contains(&k.as_str()))?;
+    Some(
+        // Visible ASCII only: no control or formatting characters (a bidi override could
+        // make a log line lie), and no backtick, which would end the quote early.
+        if name.len() <= NAMED_FIELD_MAX
+            && name
+                .bytes()
+                .all(|b| b == b' ' || (b.is_ascii_graphic() && b != b'`'))
+        {
+            format!("unknown field `{name}`")
+        } else {
+            format!(
+                "an unknown field (its name is not repeated: over {NAMED_FIELD_MAX} bytes, \
+                 or not visible ASCII)"
+            )
+        },
+    )
+}
+
+/// A hint for the member a client most likely meant as the idempotency key, which is a
+/// header and never a member of the body.
+fn key_hint(object: &serde_json::Map<String, serde_json::Value>) -> &'static str {
+    let keyish = object.keys().any(|k| {
+        let k: String = k
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .collect::<String>()
+            .to_ascii_lowercase();
+        k == "key" || k == "idempotencykey"
+    });
+    if keyish {
+        " (the idempotency key goes in the Idempotency-Key header)"
+    } else {
+        ""
+    }
+}
+
+/// The refusal of a body that serde could not decode into `kind`'s fields: the unknown
+/// field by name when there is one (the likeliest mistake, a typo), else [`describe`].
+fn refuse_body(kind: CommandKind, body: &[u8], e: &serde_json::Error) -> Invalid {
+    if e.classify() == serde_json::error::Category::Data
+        && let Ok(object) = serde_json::from_slice::<serde_json::Map<_, _>>(body)
+        && let Some(unknown) = unknown_field(&object, kind.members())
+    {
+        return Invalid::new(format!(
+            "{unknown}: {} takes exactly {}{}",
+            kind.noun(),
+            kind.members().join(", "),
+            key_hint(&object)
+        ));
+    }
+    describe(e, kind.fields())
 }
 
 /// serde's derived structs also accept a JSON array of the fields in order
@@ -231,12 +316,12 @@ pub fn parse_body(kind: CommandKind, body: &[u8]) -> Result<Command, Invalid> {
     match kind {
         CommandKind::Deposit | CommandKind::Withdraw => {
             let b: MovementBody =
-                serde_json::from_slice(body).map_err(|e| describe(&e, kind.fields()))?;
+                serde_json::from_slice(body).map_err(|e| refuse_body(kind, body, &e))?;
             movement(kind, b, body)
         }
         CommandKind::Refund => {
             let b: RefundBody =
-                serde_json::from_slice(body).map_err(|e| describe(&e, kind.fields()))?;
+                serde_json::from_slice(body).map_err(|e| refuse_body(kind, body, &e))?;
             refund(b, body)
         }
     }
@@ -305,6 +390,32 @@ pub struct Message {
 const MESSAGE_SHAPE: &str = "message_id, key, optional client, and command \
     {type: deposit|withdraw|refund, ...}";
 
+/// The unknown field of an inbox line, at its top or in its command, as the refusal
+/// names it; none when its command's type is not one of the three (serde says that).
+fn message_unknown_field(line: &serde_json::Value) -> Option<String> {
+    let object = line.as_object()?;
+    if let Some(unknown) = unknown_field(object, &["message_id", "key", "client", "command"]) {
+        return Some(format!(
+            "{unknown}: a message takes exactly {MESSAGE_SHAPE}"
+        ));
+    }
+    let command = object.get("command")?.as_object()?;
+    let kind = match command.get("type")?.as_str()? {
+        "deposit" => CommandKind::Deposit,
+        "withdraw" => CommandKind::Withdraw,
+        "refund" => CommandKind::Refund,
+        _ => return None,
+    };
+    let mut allowed = vec!["type"];
+    allowed.extend_from_slice(kind.members());
+    let unknown = unknown_field(command, &allowed)?;
+    Some(format!(
+        "{unknown} in command: {} takes exactly type, {}",
+        kind.noun(),
+        kind.members().join(", ")
+    ))
+}
+
 /// Decodes one inbox line. The message id, when it can be read at all, is returned with
 /// the error so the quarantine can name it.
 pub fn parse_message(line: &[u8]) -> Result<Message, (Option<String>, Invalid)> {
@@ -324,10 +435,12 @@ pub fn parse_message(line: &[u8]) -> Result<Message, (Option<String>, Invalid)> 
     let m: MessageLine = serde_json::from_slice(line).map_err(|e| {
         // A best-effort look at the id, for the quarantine record: it is the operator's
         // own data, kept beside the payload, never sent to a client.
-        (
-            generic.as_ref().and_then(id_of),
-            describe(&e, MESSAGE_SHAPE),
-        )
+        let unknown = generic.as_ref().and_then(message_unknown_field);
+        let invalid = match unknown {
+            Some(why) if e.classify() == serde_json::error::Category::Data => Invalid::new(why),
+            _ => describe(&e, MESSAGE_SHAPE),
+        };
+        (generic.as_ref().and_then(id_of), invalid)
     })?;
     let id = Some(m.message_id.clone());
     let fail = |i: Invalid| (id.clone(), i);
@@ -541,7 +654,7 @@ mod tests {
         check(Withdraw, r#"{"account":"alice","amount":300}"#, false);
         check(
             Withdraw,
-            r#"{"account":"alice","amount":300,"currency":"RUB","zzz":1}"#,
+            r#"{"account":"alice","amount":300,"currency":"RUB","note":"zzz"}"#,
             false,
         );
         check(
@@ -598,6 +711,76 @@ mod tests {
         check(Refund, r#"{"withdrawal":"req-7f3a","amount":300}"#, true);
         check(Refund, r#"{"withdrawal":"","amount":300}"#, false);
         check(Refund, r#"[]"#, false);
+    }
+
+    /// An unknown field is named, with the fields the command takes, so that a typo can be
+    /// fixed from the answer; a long name, or one with control or formatting characters,
+    /// is not repeated. The value is never quoted.
+    #[test]
+    fn an_unknown_field_is_named_when_it_can_be() {
+        let detail = |kind, body: &str| parse_body(kind, body.as_bytes()).unwrap_err().detail;
+        assert_eq!(
+            detail(
+                CommandKind::Deposit,
+                r#"{"acount":"zzz","amount":1,"currency":"RUB"}"#
+            ),
+            "unknown field `acount`: a deposit or a withdrawal takes exactly account, amount, currency"
+        );
+        assert_eq!(
+            detail(
+                CommandKind::Refund,
+                r#"{"withdrawal":"w","amount":1,"currency":"RUB"}"#
+            ),
+            "unknown field `currency`: a refund takes exactly withdrawal, amount"
+        );
+        let key = detail(
+            CommandKind::Withdraw,
+            r#"{"key":"zzz","account":"a","amount":1,"currency":"RUB"}"#,
+        );
+        assert!(
+            key.starts_with("unknown field `key`: a deposit or a withdrawal takes exactly account")
+                && key.ends_with("(the idempotency key goes in the Idempotency-Key header)"),
+            "{key}"
+        );
+        let at_most = "n".repeat(NAMED_FIELD_MAX);
+        let named = detail(
+            CommandKind::Deposit,
+            &format!(r#"{{"account":"a","amount":1,"currency":"RUB","{at_most}":1}}"#),
+        );
+        assert!(named.contains(&at_most), "{named}");
+        for name in [
+            "n".repeat(NAMED_FIELD_MAX + 1),
+            r"tab\there".to_owned(),
+            r"nul\u0000".to_owned(),
+            r"rtl\u202eoverride".to_owned(),
+        ] {
+            let body = format!(r#"{{"account":"a","amount":1,"currency":"RUB","{name}":1}}"#);
+            let d = detail(CommandKind::Deposit, &body);
+            assert!(
+                d.starts_with("an unknown field (its name is not repeated")
+                    && !d.contains("nnnnn")
+                    && !d.contains("here")
+                    && !d.contains("override"),
+                "{name}: {d}"
+            );
+        }
+        // Other shape errors keep their position and the expected shape.
+        assert!(
+            detail(CommandKind::Deposit, r#"{"account":"a","amount":1}"#)
+                .starts_with("the JSON does not have the expected shape (line 1, column "),
+        );
+        // Inbox lines name it too, at the top and in the command.
+        let reason = |line: &str| parse_message(line.as_bytes()).unwrap_err().1.detail;
+        assert!(
+            reason(r#"{"message_id":"m","key":"k","clinet":"c","command":{"type":"refund","withdrawal":"w","amount":1}}"#)
+                .starts_with("unknown field `clinet`: a message takes exactly message_id, key"),
+        );
+        assert_eq!(
+            reason(
+                r#"{"message_id":"m","key":"k","command":{"type":"refund","withdrawal":"w","amount":1,"acount":"zzz"}}"#
+            ),
+            "unknown field `acount` in command: a refund takes exactly type, withdrawal, amount"
+        );
     }
 
     #[test]

@@ -121,14 +121,28 @@ impl Account {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-    /// Parses any account name, system ones included: for reading stored data and
-    /// for read-only queries, never for commands.
+    /// Parses any ledger-wide account name: system ones and a tenant's (`shop/alice`)
+    /// included. For reading stored data and the operator's reads, never for commands or
+    /// a tenant's reads, whose names are taken relative to the tenant
+    /// ([`crate::tenant`]).
     pub fn parse_any(s: &str) -> Result<Self, InvalidInput> {
         match s {
             Self::WORLD => Ok(Self::world()),
             Self::PAYOUTS => Ok(Self::payouts()),
-            _ => Self::parse(s),
+            _ => match s.split_once(crate::tenant::SEPARATOR) {
+                Some((tenant, name)) => {
+                    let tenant = ClientId::parse(tenant).map_err(|_| InvalidInput::Account)?;
+                    let name = Self::parse(name)?;
+                    crate::tenant::owned_name(&tenant, &name).ok_or(InvalidInput::Account)
+                }
+                None => Self::parse(s),
+            },
         }
+    }
+
+    /// An account name the ledger built itself, from parts already checked.
+    pub(crate) fn from_checked(s: String) -> Self {
+        Self(s)
     }
 }
 

@@ -11,7 +11,9 @@ pub mod domain;
 pub mod fact;
 pub mod memory;
 pub mod projection;
+pub mod scenario;
 pub mod store;
+pub mod tenant;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -27,6 +29,6 @@ pub use store::pg::{PgConfig, PgStore};
 pub use store::sled::{Blocking, PauseGuard, Progress, SledConfig, SledStore};
 pub use store::verify::{VerifyReport, Violation};
 pub use store::{
-    CommitMetrics, IndexRebuild, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyQuery, KeyStatus, LedgerError,
-    OpenReport, Quarantined, Rules, Store, Submission,
+    AsOf, BalanceAt, CommitMetrics, IndexRebuild, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyQuery,
+    KeyStatus, LedgerError, OpenReport, Quarantined, Rules, Store, Submission,
 };

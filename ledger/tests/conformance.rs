@@ -186,6 +186,9 @@ conformance!(
     a_reused_message_id_is_quarantined_while_its_key_is_claimed,
     rejections_tell_their_figure_and_replay_it_byte_for_byte,
     a_statement_lists_one_account_s_movements_in_order_with_balances,
+    replays_and_conflicts_are_counted_across_a_clean_restart,
+    two_tenants_accounts_of_one_name_are_two_accounts,
+    a_balance_is_read_at_any_point_of_the_log,
 );
 
 // ---- helpers --------------------------------------------------------------------------
@@ -2384,5 +2387,177 @@ async fn a_statement_lists_one_account_s_movements_in_order_with_balances(env: &
     close(store).await;
     let store = env.open().await;
     assert_eq!(read_all(store.clone(), 100).await, got);
+    close(store).await;
+}
+
+/// Two tenants name an account `alice`; each command taken inside its tenant's space
+/// (`Command::for_tenant`, as the worker does) moves that tenant's `alice` only, on every
+/// projection, after a reopen and under verify. The tenant `default` keeps its names.
+async fn two_tenants_accounts_of_one_name_are_two_accounts(env: &Env) {
+    let store = env.open().await;
+    let shop = ClientId::parse("shop").unwrap();
+    let other = ClientId::parse("other").unwrap();
+    let send = |tenant: &ClientId, k: &str, command: Command| {
+        let (store, tenant, k) = (store.clone(), tenant.clone(), key(k));
+        async move {
+            let sent = command.for_tenant(&tenant);
+            executed(store.submit(&tenant, &k, sent, None).await.unwrap())
+        }
+    };
+    let d = send(&shop, "d-1", deposit("alice", 1_000, rub())).await;
+    assert_eq!(applied(&d).account.as_str(), "shop/alice");
+    assert_eq!(applied(&d.seen_by(&shop)).account.as_str(), "alice");
+    // `other` names `alice` and reaches its own, empty space: no such account.
+    let w = send(&other, "w-1", withdraw("alice", 900, rub())).await;
+    assert_eq!(w.rejection(), Some(Rejection::AccountNotFound));
+    // Nor can a refund of `other` name a withdrawal of `shop`: keys are the tenant's too.
+    send(&shop, "w-shop", withdraw("alice", 100, rub())).await;
+    let r = send(&other, "r-1", refund("w-shop", 100)).await;
+    assert_eq!(r.rejection(), Some(Rejection::WithdrawalNotFound));
+    send(&other, "d-1", deposit("alice", 50, usd())).await;
+    send(&client(), "d-1", deposit("alice", 7, rub())).await;
+    let check = |store: Arc<dyn Store>| async move {
+        assert_eq!(balance(&store, "shop/alice", rub()).await, Some(900));
+        assert_eq!(balance(&store, "other/alice", usd()).await, Some(50));
+        assert_eq!(balance(&store, "alice", rub()).await, Some(7));
+        let shop_alice = Account::parse_any("shop/alice").unwrap();
+        let statement = store.statement(&shop_alice, 0, 100).await.unwrap();
+        assert_eq!(statement.len(), 2);
+        assert!(statement.iter().all(|f| f.client.as_str() == "shop"));
+        let seen: Vec<_> = statement
+            .iter()
+            .map(|f| {
+                projection::statement_line(&f.seen_by_owner())
+                    .unwrap()
+                    .account
+                    .clone()
+            })
+            .collect();
+        assert_eq!(seen, [acct("alice"), acct("alice")]);
+        let names: Vec<String> = store
+            .balances()
+            .await
+            .unwrap()
+            .accounts
+            .keys()
+            .map(|a| a.as_str().to_owned())
+            .collect();
+        for name in ["alice", "other/alice", "shop/alice"] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+        }
+        assert_verified(&store).await;
+    };
+    check(store.clone()).await;
+    close(store).await;
+    check(env.open().await).await;
+}
+
+/// Replays and conflicts write nothing, yet their counts are ledger counters like the
+/// others: a clean stop keeps them, however soon after them it comes, and a reopened store
+/// goes on counting from them.
+async fn replays_and_conflicts_are_counted_across_a_clean_restart(env: &Env) {
+    let store = env.open().await;
+    executed(submit(&store, "k-1", deposit("alice", 10, rub())).await);
+    for _ in 0..5 {
+        replayed(submit(&store, "k-1", deposit("alice", 10, rub())).await);
+    }
+    let reused = submit(&store, "k-1", deposit("alice", 11, rub())).await;
+    assert!(matches!(reused, Submission::Reused), "{reused:?}");
+    let before = store.stats().await.unwrap().observed;
+    assert_eq!((before.replayed, before.conflicts_reused), (5, 1));
+    close(store).await;
+
+    let store = env.open().await;
+    assert_eq!(store.stats().await.unwrap().observed, before);
+    replayed(submit(&store, "k-1", deposit("alice", 10, rub())).await);
+    assert_eq!(store.stats().await.unwrap().observed.replayed, 6);
+    assert_verified(&store).await;
+    close(store).await;
+}
+
+/// A user account's balance at a seq or a time: the balance after its last movement at
+/// or before the point, naming that movement; 0 before its first; none for an account
+/// that does not exist or a system account. The same after a reopen.
+async fn a_balance_is_read_at_any_point_of_the_log(env: &Env) {
+    let store = env.open().await;
+    let seq_of = |o: &Outcome| o.seq();
+    let d1 = executed(submit(&store, "d-1", deposit("alice", 1_000, rub())).await);
+    executed(submit(&store, "d-bob", deposit("bob", 5, rub())).await);
+    env.clock.advance_ms(HOUR_MS);
+    let w1 = executed(submit(&store, "w-1", withdraw("alice", 300, rub())).await);
+    executed(submit(&store, "w-no", withdraw("alice", 5_000, rub())).await);
+    env.clock.advance_ms(HOUR_MS);
+    let r1 = executed(submit(&store, "r-1", refund("w-1", 100)).await);
+    let alice = acct("alice");
+    let check = |store: Arc<dyn Store>| {
+        let (alice, d1, w1, r1) = (alice.clone(), seq_of(&d1), seq_of(&w1), seq_of(&r1));
+        async move {
+            let at = |point| {
+                let (store, alice) = (store.clone(), alice.clone());
+                async move {
+                    let b = store.balance_at(&alice, point).await.unwrap().unwrap();
+                    assert_eq!(b.currency, rub());
+                    (b.balance, b.movement)
+                }
+            };
+            assert_eq!(at(AsOf::seq(0)).await, (0, None));
+            assert_eq!(at(AsOf::seq(d1)).await, (1_000, Some(d1)));
+            // A seq between two movements (bob's deposit, a rejection) reads the earlier.
+            assert_eq!(at(AsOf::seq(w1 - 1)).await, (1_000, Some(d1)));
+            assert_eq!(at(AsOf::seq(w1 + 1)).await, (700, Some(w1)));
+            assert_eq!(at(AsOf::seq(r1)).await, (800, Some(r1)));
+            assert_eq!(at(AsOf::seq(u64::MAX)).await, (800, Some(r1)));
+            let time = |ms: i64| AsOf::time(Timestamp(START_MS + ms));
+            assert_eq!(at(time(-1)).await, (0, None));
+            assert_eq!(at(time(0)).await, (1_000, Some(d1)));
+            assert_eq!(at(time(HOUR_MS - 1)).await, (1_000, Some(d1)));
+            assert_eq!(at(time(HOUR_MS)).await, (700, Some(w1)));
+            assert_eq!(at(time(10 * HOUR_MS)).await, (800, Some(r1)));
+            // Both bounds: the earlier of the two.
+            let both = |seq, ms| AsOf {
+                seq: Some(seq),
+                time: Some(Timestamp(START_MS + ms)),
+            };
+            assert_eq!(at(both(r1, HOUR_MS)).await, (700, Some(w1)));
+            assert_eq!(at(both(d1, 10 * HOUR_MS)).await, (1_000, Some(d1)));
+            for missing in ["ghost", "@world"] {
+                let account = Account::parse_any(missing).unwrap();
+                assert_eq!(
+                    store.balance_at(&account, AsOf::seq(r1)).await.unwrap(),
+                    None
+                );
+            }
+        }
+    };
+    check(store.clone()).await;
+    close(store).await;
+    let store = env.open().await;
+    check(store.clone()).await;
+    // Past several statement runs (each holds at most a few dozen movements): every
+    // movement's seq reads its own balance, and the seq before it the previous one.
+    for i in 0..80 {
+        executed(submit(&store, &format!("more-{i}"), deposit("alice", 1, rub())).await);
+        executed(submit(&store, &format!("bob-{i}"), deposit("bob", 1, rub())).await);
+    }
+    let lines = store.statement(&alice, 0, 1_000).await.unwrap();
+    assert_eq!(lines.len(), 83);
+    let mut before = (0u128, None);
+    for fact in &lines {
+        let line = projection::statement_line(fact).unwrap();
+        let at = |seq| {
+            let (store, alice) = (store.clone(), alice.clone());
+            async move {
+                let b = store
+                    .balance_at(&alice, AsOf::seq(seq))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (b.balance, b.movement)
+            }
+        };
+        assert_eq!(at(fact.seq - 1).await, before);
+        before = (line.balance_after, Some(fact.seq));
+        assert_eq!(at(fact.seq).await, before);
+    }
     close(store).await;
 }

@@ -18,6 +18,13 @@ pub fn exponent(code: &str) -> u32 {
         .map_or(0, u32::from)
 }
 
+/// Whether `code` is an alphabetic code of the ISO 4217 table (`USD`, `XAU`), as the CLI
+/// and the worker check a currency before anything is sent or recorded: a typo such as
+/// `USS` would otherwise fix an account to a currency that does not exist.
+pub fn is_iso_code(code: &str) -> bool {
+    iso_currency::Currency::from_code(code).is_some()
+}
+
 /// `minor` in major units with digit grouping, without the code: `-1,234,567.89`.
 pub fn format_number(minor: i128, code: &str) -> String {
     let exp = exponent(code) as usize;
@@ -51,8 +58,13 @@ pub fn format(minor: i128, code: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParseError {
     Empty,
-    /// Not a plain decimal number: signs, letters, spaces, separators, two points.
+    /// Not a decimal number: letters, spaces, a `+`, two points, an exponent.
     NotANumber,
+    /// Commas that do not group the whole part by threes, as the output writes it
+    /// (`1,000.00`): `1,00`, `1,0000`, `,5`, a comma after the point.
+    MisplacedComma,
+    /// A minus sign: commands move a positive amount, their kind says which way.
+    Negative,
     /// More digits after the point than the currency has.
     TooPrecise {
         code: String,
@@ -70,7 +82,16 @@ impl fmt::Display for ParseError {
             ParseError::Empty => write!(f, "the amount is empty"),
             ParseError::NotANumber => write!(
                 f,
-                "the amount must be a plain decimal number of major units, such as 12.50"
+                "the amount must be a decimal number of major units, such as 12.50 or 1,000.00"
+            ),
+            ParseError::MisplacedComma => write!(
+                f,
+                "a comma groups the digits before the point by threes, as in 1,000.00 or \
+                 1,000,000; write the amount as 1000.00 or 1,000.00"
+            ),
+            ParseError::Negative => write!(
+                f,
+                "the amount must be more than zero: give it without a sign"
             ),
             ParseError::TooPrecise { code, decimals: 0 } => {
                 write!(f, "{code} has no minor unit: give a whole number")
@@ -86,21 +107,40 @@ impl fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
-/// An amount typed in major units (`12.50`, `12.5`, `12`) as minor units of `code`,
-/// exactly: `12.50` RUB is 1250. Refuses more decimals than the currency has, anything
-/// but digits and one point, zero, and what overflows `u64`.
+/// An amount typed in major units (`12.50`, `12.5`, `12`, `1,000.00`) as minor units of
+/// `code`, exactly: `12.50` RUB is 1250. The whole part may be grouped by threes with
+/// commas, as [`format`] writes it, so that a printed amount can be typed back; commas
+/// anywhere else are refused rather than guessed at (`1,5` may mean one and a half).
+/// Refuses more decimals than the currency has, a sign, anything but digits, grouping
+/// commas and one point, zero, and what overflows `u64`.
 pub fn parse(text: &str, code: &str) -> Result<u64, ParseError> {
     let text = text.trim();
     if text.is_empty() {
         return Err(ParseError::Empty);
     }
+    if let Some(rest) = text.strip_prefix('-') {
+        // Said apart from "not a number" only when the rest is one: `-x` is not a number.
+        return Err(match parse(rest, code) {
+            Err(ParseError::Empty) => ParseError::NotANumber,
+            Err(e @ (ParseError::NotANumber | ParseError::MisplacedComma)) => e,
+            _ => ParseError::Negative,
+        });
+    }
     let (whole, fraction) = match text.split_once('.') {
         Some((w, f)) => (w, Some(f)),
         None => (text, None),
     };
-    let plain = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     let fraction = fraction.unwrap_or("");
-    if (whole.is_empty() && fraction.is_empty()) || !plain(whole) || !plain(fraction) {
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    let grouping = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || b == b',');
+    if !grouping(whole) || !grouping(fraction) {
+        return Err(ParseError::NotANumber);
+    }
+    if !digits(fraction) || !grouped(whole) {
+        return Err(ParseError::MisplacedComma);
+    }
+    let whole = whole.replace(',', "");
+    if whole.is_empty() && fraction.is_empty() {
         return Err(ParseError::NotANumber);
     }
     let exp = exponent(code);
@@ -124,6 +164,18 @@ pub fn parse(text: &str, code: &str) -> Result<u64, ParseError> {
     Ok(minor)
 }
 
+/// Whether the whole part of an amount is plain digits, or digits grouped by threes with
+/// commas as the output writes them: `1000`, `1,000`, `12,345,678`; not `1,00`, `,100`,
+/// `1,,000` or `1000,000`.
+fn grouped(whole: &str) -> bool {
+    if !whole.contains(',') {
+        return true;
+    }
+    let mut groups = whole.split(',');
+    let first = groups.next().unwrap_or_default();
+    (1..=3).contains(&first.len()) && groups.all(|g| g.len() == 3)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -137,6 +189,16 @@ mod tests {
         // No minor unit, or not in the table: counted as is.
         assert_eq!(exponent("XAU"), 0);
         assert_eq!(exponent("QQQ"), 0);
+    }
+
+    #[test]
+    fn iso_codes_are_known_and_typos_are_not() {
+        for code in ["USD", "RUB", "JPY", "XAU", "KWD"] {
+            assert!(is_iso_code(code), "{code}");
+        }
+        for code in ["USS", "QQQ", "usd", "", "USDX"] {
+            assert!(!is_iso_code(code), "{code}");
+        }
     }
 
     #[test]
@@ -185,6 +247,12 @@ mod tests {
             ("1.000", "KWD", 1000),
             ("0.001", "KWD", 1),
             ("184467440737095516.15", "USD", u64::MAX),
+            // Grouped as the output writes it.
+            ("1,000", "RUB", 100_000),
+            ("1,000.00", "RUB", 100_000),
+            ("12,345,678.9", "RUB", 1_234_567_890),
+            ("999,999", "JPY", 999_999),
+            ("1,234.567", "KWD", 1_234_567),
         ];
         for (text, code, minor) in ok {
             assert_eq!(parse(text, code), Ok(*minor), "{text} {code}");
@@ -207,9 +275,24 @@ mod tests {
                     decimals: 0,
                 },
             ),
-            ("-5", "RUB", ParseError::NotANumber),
+            ("-5", "RUB", ParseError::Negative),
+            ("-0.01", "RUB", ParseError::Negative),
+            ("-1.555", "RUB", ParseError::Negative),
+            ("-1,000", "RUB", ParseError::Negative),
+            ("-", "RUB", ParseError::NotANumber),
+            ("-x", "RUB", ParseError::NotANumber),
+            ("-1,00", "RUB", ParseError::MisplacedComma),
             ("+5", "RUB", ParseError::NotANumber),
-            ("1,000", "RUB", ParseError::NotANumber),
+            ("1,00", "RUB", ParseError::MisplacedComma),
+            ("1,5", "RUB", ParseError::MisplacedComma),
+            ("1,0000", "RUB", ParseError::MisplacedComma),
+            ("1000,000", "RUB", ParseError::MisplacedComma),
+            ("1,,000", "RUB", ParseError::MisplacedComma),
+            (",100", "RUB", ParseError::MisplacedComma),
+            ("1,000,", "RUB", ParseError::MisplacedComma),
+            (",", "RUB", ParseError::MisplacedComma),
+            ("1.000,5", "KWD", ParseError::MisplacedComma),
+            ("1 000", "RUB", ParseError::NotANumber),
             ("1e3", "RUB", ParseError::NotANumber),
             ("1.2.3", "RUB", ParseError::NotANumber),
             (".", "RUB", ParseError::NotANumber),
@@ -224,14 +307,30 @@ mod tests {
             parse("12.555", "RUB").unwrap_err().to_string(),
             "RUB has 2 decimal places at most"
         );
+        // Each refusal says how to write the amount.
+        assert!(
+            parse("1,00", "RUB")
+                .unwrap_err()
+                .to_string()
+                .contains("write the amount as 1000.00 or 1,000.00")
+        );
+        assert!(
+            parse("-5", "RUB")
+                .unwrap_err()
+                .to_string()
+                .contains("without a sign")
+        );
     }
 
     #[test]
     fn what_is_formatted_parses_back() {
         for minor in [1u64, 5, 99, 100, 12_345, 1_000_000_007, u64::MAX] {
             for code in ["RUB", "JPY", "KWD"] {
-                let text = format_number(i128::from(minor), code).replace(',', "");
+                // As printed, grouping commas included, and without them.
+                let text = format_number(i128::from(minor), code);
                 assert_eq!(parse(&text, code), Ok(minor), "{text} {code}");
+                let plain = text.replace(',', "");
+                assert_eq!(parse(&plain, code), Ok(minor), "{plain} {code}");
             }
         }
     }

@@ -261,14 +261,21 @@ pub struct App {
     /// While paused, the screen shows this copy and `feed` keeps updating underneath.
     pub frozen: Option<Box<Feed>>,
     pub help: bool,
+    /// Lines of the help scrolled past; the view holds it to what the help has.
+    pub help_scroll: usize,
     /// The filter being typed, while `/` is open.
     pub input: Option<String>,
     /// The applied filter of each view.
     pub filters: [String; 5],
     pub selected: [usize; 5],
     pub sorts: Sorts,
-    /// Whether the keys view shows the detail pane of the selected key.
+    /// Whether the keys view shows the detail pane of the selected key (or of `opened`).
     pub detail_open: bool,
+    /// (client, key) of a key opened from another view (Enter on a conflict): the detail
+    /// shows it, wherever it is in the keys, until it is closed or the selection moves.
+    pub opened: Option<(Clean, Clean)>,
+    /// The view Esc goes back to from the detail of an `opened` key.
+    pub back: Option<View>,
     /// The log view keeps the newest fact selected until the user scrolls up.
     pub follow_log: bool,
     /// Cursors of the keys pages before the current one, for paging back.
@@ -291,11 +298,14 @@ impl App {
             feed: Feed::default(),
             frozen: None,
             help: false,
+            help_scroll: 0,
             input: None,
             filters: Default::default(),
             selected: [0; 5],
             sorts: Sorts::default(),
             detail_open: false,
+            opened: None,
+            back: None,
             follow_log: true,
             key_pages: Vec::new(),
             key_page_cursor: None,
@@ -327,8 +337,12 @@ impl App {
 
     pub fn wants(&self) -> Wants {
         let detail = if self.view == View::Keys && self.detail_open {
-            self.selected_key()
-                .map(|record| (record.client.to_string(), record.key.to_string()))
+            match &self.opened {
+                Some((client, key)) => Some((client.to_string(), key.to_string())),
+                None => self
+                    .selected_key()
+                    .map(|record| (record.client.to_string(), record.key.to_string())),
+            }
         } else {
             None
         };
@@ -443,32 +457,24 @@ impl App {
         if key.kind == KeyEventKind::Release {
             return;
         }
-        if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+        let control = key.modifiers.contains(KeyModifiers::CONTROL);
+        if control && key.code == KeyCode::Char('c') {
             self.quit = true;
             return;
         }
-        if let Some(input) = &mut self.input {
-            match key.code {
-                KeyCode::Enter => {
-                    let filter = input.trim().to_string();
-                    self.input = None;
-                    self.apply_filter(filter);
-                }
-                KeyCode::Esc => self.input = None,
-                KeyCode::Backspace => {
-                    input.pop();
-                }
-                // Only drawable characters go into the filter; it is drawn and sent.
-                KeyCode::Char(c) if !c.is_control() => input.push(c),
-                _ => {}
-            }
+        if self.input.is_some() {
+            self.on_input_key(key);
             return;
         }
         if self.help {
-            // Any key closes the help; `q` still quits from it.
-            self.help = false;
-            if key.code == KeyCode::Char('q') {
-                self.quit = true;
+            self.on_help_key(key);
+            return;
+        }
+        if control || key.modifiers.contains(KeyModifiers::ALT) {
+            // Ctrl-U clears the view's filter; other chords are not this dashboard's keys,
+            // and Ctrl-J must not move the selection as `j` does.
+            if control && key.code == KeyCode::Char('u') && !self.filter(self.view).is_empty() {
+                self.apply_filter(String::new());
             }
             return;
         }
@@ -476,13 +482,9 @@ impl App {
         let page = isize::try_from(self.size.1.saturating_sub(6).max(1)).unwrap_or(1);
         match key.code {
             KeyCode::Char('q') => self.quit = true,
-            KeyCode::Esc => {
-                if self.view == View::Keys && self.detail_open {
-                    self.detail_open = false;
-                } else {
-                    self.quit = true;
-                }
-            }
+            // Esc goes back, never out: it closes what is open, and a second Esc does
+            // nothing, so pressing it once too often cannot end the session.
+            KeyCode::Esc => self.go_back(),
             KeyCode::Tab => self.switch(self.view.step(true)),
             KeyCode::BackTab => self.switch(self.view.step(false)),
             KeyCode::Char(c @ '1'..='5') => {
@@ -512,18 +514,116 @@ impl App {
                 };
                 self.clamp_selection();
             }
-            KeyCode::Char('?') => self.help = true,
-            KeyCode::Enter if self.view == View::Keys => {
-                self.detail_open = !self.detail_open && self.selected_key().is_some();
+            KeyCode::Char('?') => {
+                self.help = true;
+                self.help_scroll = 0;
             }
+            KeyCode::Enter if self.view == View::Keys => {
+                if self.detail_open {
+                    self.close_detail();
+                } else {
+                    self.detail_open = self.selected_key().is_some();
+                }
+            }
+            KeyCode::Enter if self.view == View::Conflicts => self.open_conflict_key(),
             KeyCode::Char(']') if self.view == View::Keys => self.next_key_page(),
             KeyCode::Char('[') if self.view == View::Keys => self.previous_key_page(),
             _ => {}
         }
     }
 
+    /// The filter line being typed: Enter applies it, Esc cancels it, Ctrl-U empties it.
+    fn on_input_key(&mut self, key: KeyEvent) {
+        let Some(input) = &mut self.input else {
+            return;
+        };
+        let chord = key
+            .modifiers
+            .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+        match key.code {
+            KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => {
+                input.clear();
+            }
+            KeyCode::Enter => {
+                let filter = input.trim().to_string();
+                self.input = None;
+                self.apply_filter(filter);
+            }
+            KeyCode::Esc => self.input = None,
+            KeyCode::Backspace => {
+                input.pop();
+            }
+            // Only drawable characters go into the filter; it is drawn and sent. A chord
+            // is not a character typed.
+            KeyCode::Char(c) if !c.is_control() && !chord => input.push(c),
+            _ => {}
+        }
+    }
+
+    /// The help scrolls with the keys that move elsewhere; `q` still quits from it, and
+    /// any other key closes it without acting.
+    fn on_help_key(&mut self, key: KeyEvent) {
+        let max = crate::view::help_scroll_max(self.size.0, self.size.1);
+        let page = usize::from(self.size.1.saturating_sub(4).max(1));
+        let scroll = &mut self.help_scroll;
+        match key.code {
+            KeyCode::Char('j') | KeyCode::Down => *scroll = (*scroll + 1).min(max),
+            KeyCode::Char('k') | KeyCode::Up => *scroll = scroll.saturating_sub(1),
+            KeyCode::PageDown | KeyCode::Char(' ') => *scroll = (*scroll + page).min(max),
+            KeyCode::PageUp => *scroll = scroll.saturating_sub(page),
+            KeyCode::Home | KeyCode::Char('g') => *scroll = 0,
+            KeyCode::End | KeyCode::Char('G') => *scroll = max,
+            KeyCode::Char('q') => self.quit = true,
+            _ => self.help = false,
+        }
+    }
+
+    /// Esc: closes the key detail, back to the view the key was opened from.
+    fn go_back(&mut self) {
+        if self.view == View::Keys && self.detail_open {
+            let back = self.back.take();
+            self.close_detail();
+            if let Some(view) = back {
+                self.switch(view);
+            }
+        }
+    }
+
+    fn close_detail(&mut self) {
+        self.detail_open = false;
+        self.opened = None;
+        self.back = None;
+    }
+
+    /// Enter on a conflict: its key's detail, in the keys view, fetched by its name
+    /// whether or not the keys page holds it. Esc comes back here.
+    fn open_conflict_key(&mut self) {
+        let Some(conflict) = self
+            .visible_conflicts()
+            .get(self.selected[View::Conflicts.index()])
+            .copied()
+        else {
+            return;
+        };
+        self.opened = Some((conflict.client.clone(), conflict.key.clone()));
+        self.detail_open = true;
+        self.switch(View::Keys);
+        self.back = Some(View::Conflicts);
+    }
+
+    /// The record of the `opened` key, once the worker has sent it.
+    pub fn opened_record(&self) -> Option<&KeyRecord> {
+        let (client, key) = self.opened.as_ref()?;
+        self.shown()
+            .detail
+            .as_ref()
+            .filter(|d| (&d.client, &d.key) == (client, key))
+    }
+
     fn switch(&mut self, view: View) {
         self.view = view;
+        // Esc goes back only from where Enter came: another view is another path.
+        self.back = None;
         self.clamp_selection();
     }
 
@@ -546,7 +646,7 @@ impl App {
         self.key_pages.clear();
         self.key_page_cursor = None;
         self.selected[View::Keys.index()] = 0;
-        self.detail_open = false;
+        self.close_detail();
         self.feed.keys = None;
     }
 
@@ -560,7 +660,7 @@ impl App {
             self.key_pages.push(self.key_page_cursor.take());
             self.key_page_cursor = Some(next);
             self.selected[View::Keys.index()] = 0;
-            self.detail_open = false;
+            self.close_detail();
         }
     }
 
@@ -568,7 +668,7 @@ impl App {
         if let Some(cursor) = self.key_pages.pop() {
             self.key_page_cursor = cursor;
             self.selected[View::Keys.index()] = 0;
-            self.detail_open = false;
+            self.close_detail();
         }
     }
 
@@ -627,8 +727,13 @@ impl App {
         if view == View::Log {
             self.follow_log = *selected >= last;
         }
-        if view == View::Keys && rows == 0 {
-            self.detail_open = false;
+        if view == View::Keys {
+            // The detail follows the selection again: an opened key was left.
+            self.opened = None;
+            self.back = None;
+            if rows == 0 {
+                self.detail_open = false;
+            }
         }
     }
 
@@ -716,12 +821,18 @@ impl App {
             BalanceSort::Currency => {
                 users.sort_by(|a, b| (&a.currency, &a.account).cmp(&(&b.currency, &b.account)))
             }
-            BalanceSort::BalanceHighFirst => {
-                users.sort_by(|a, b| b.balance.cmp(&a.balance).then_with(|| by_name(a, b)))
-            }
-            BalanceSort::BalanceLowFirst => {
-                users.sort_by(|a, b| a.balance.cmp(&b.balance).then_with(|| by_name(a, b)))
-            }
+            // Minor units of two currencies are not comparable (100 JPY is not 100 kopecks
+            // or cents), so balances are sorted within each currency.
+            BalanceSort::BalanceHighFirst => users.sort_by(|a, b| {
+                (&a.currency, b.balance)
+                    .cmp(&(&b.currency, a.balance))
+                    .then_with(|| by_name(a, b))
+            }),
+            BalanceSort::BalanceLowFirst => users.sort_by(|a, b| {
+                (&a.currency, a.balance)
+                    .cmp(&(&b.currency, b.balance))
+                    .then_with(|| by_name(a, b))
+            }),
         }
         system.sort_by(by_name);
         (users, system)

@@ -508,13 +508,53 @@ pub fn fit_text(text: &str, width: usize) -> String {
     out
 }
 
+/// A name (a key, an account, a client) in at most `width` cells: whole, or its start and
+/// its end with a `…` between them. Names differ at both ends (`shop/customer-000123:wallet`,
+/// `payout-2026-12-07-customer-000123`): the tenant or kind is at the start, the number or
+/// the account's part at the end, so the cut goes in the middle, where it is marked.
+pub fn fit_middle(text: &str, width: usize) -> String {
+    if cells(text) <= width {
+        return text.to_string();
+    }
+    if width <= 2 {
+        return fit_text(text, width);
+    }
+    let room = width - 1;
+    let head_room = room.div_ceil(2);
+    let mut head = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let c_cells = cells(&c.to_string());
+        if used + c_cells > head_room {
+            break;
+        }
+        used += c_cells;
+        head.push(c);
+    }
+    // The end gets what the start left, so a wide character there costs no cell.
+    let tail_room = room - used;
+    let mut tail: Vec<char> = Vec::new();
+    let mut tail_used = 0;
+    for c in text.chars().rev() {
+        let c_cells = cells(&c.to_string());
+        if tail_used + c_cells > tail_room {
+            break;
+        }
+        tail_used += c_cells;
+        tail.push(c);
+    }
+    let tail: String = tail.into_iter().rev().collect();
+    format!("{head}…{tail}")
+}
+
 /// A table column as [`columns`] lays it out.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Column {
     /// Text: drawn with `constraint`; [`columns`] counts on at least `min` cells for it.
     Text { constraint: Constraint, min: u16 },
-    /// Text of known length (a code): `base` cells, widened towards `need` after the
-    /// numbers, and cut with a `…` ([`fit_text`]) to what it gets.
+    /// Text of known length (a code, a key, an account): `base` cells, widened towards
+    /// `need` (its longest value) after the numbers, the labels sharing the room fairly,
+    /// and cut with a `…` ([`fit_text`], [`fit_middle`]) to what it gets.
     Label { base: u16, need: usize },
     /// Numbers: `base` cells, widened towards `need` (its longest value) while the text
     /// columns keep their minimum. Amounts widen first; sequence numbers, which are cut
@@ -555,39 +595,62 @@ impl Column {
     }
 }
 
+/// Widens the label columns of `widths` towards their need, a cell each in turn, out of
+/// `room`; returns the room left.
+fn share(columns: &[Column], widths: &mut [u16], mut room: u16) -> u16 {
+    loop {
+        let mut gave = false;
+        for (column, width) in columns.iter().zip(widths.iter_mut()) {
+            if room == 0 {
+                return 0;
+            }
+            if let Column::Label { need, .. } = column
+                && usize::from(*width) < *need
+            {
+                *width += 1;
+                room -= 1;
+                gave = true;
+            }
+        }
+        if !gave {
+            return room;
+        }
+    }
+}
+
 /// Constraints for `columns` in `width` cells with `spacing` between them, and the
-/// width each number or label column gets (0 for text columns). Number columns widen in
-/// order, then labels, then sequence columns, as far as the room above every column's
-/// minimum allows; the cells of a number column are then fitted into its width, so they
-/// are never cut.
+/// width each column gets (a text column's minimum: a `Fill` one may get more). Every
+/// column first gets its minimum (a number column its `base`, which callers keep short of
+/// a number's full width only when it is long); then the labels share the room towards
+/// their longest value, then the numbers widen to theirs in order, then the sequence
+/// columns. So a name is cut only when the numbers beside it are already at their base,
+/// and a number is then fitted into its width, shortened with its exponent, never cut.
 pub fn columns(columns: &[Column], width: u16, spacing: u16) -> (Vec<Constraint>, Vec<u16>) {
     let gaps = u16::try_from(columns.len().saturating_sub(1)).unwrap_or(u16::MAX);
-    let taken: u16 = columns
+    let mut widths: Vec<u16> = columns
         .iter()
         .map(|column| match column {
             Column::Text { min, .. } => *min,
             Column::Number { base, .. } | Column::Label { base, .. } => *base,
         })
-        .fold(spacing.saturating_mul(gaps), u16::saturating_add);
-    let mut room = width.saturating_sub(taken);
-    let mut widths: Vec<u16> = vec![0; columns.len()];
-    // 0: amounts and counts, 1: labels, 2: sequence numbers.
-    let pass = |column: &Column| match column {
-        Column::Number { seq: false, .. } => Some(0),
-        Column::Label { .. } => Some(1),
-        Column::Number { seq: true, .. } => Some(2),
-        Column::Text { .. } => None,
-    };
-    for turn in 0..3 {
+        .collect();
+    let taken = widths.iter().fold(spacing.saturating_mul(gaps), |sum, w| {
+        sum.saturating_add(*w)
+    });
+    // Labels and names share the room a cell at a time, so one long name does not leave
+    // the others at their minimum: each is cut as little as the room allows.
+    let mut room = share(columns, &mut widths, width.saturating_sub(taken));
+    // Amounts and counts, then sequence numbers, which are cut to their last digits
+    // ([`fit_tail`]) rather than abbreviated.
+    for seq_turn in [false, true] {
         for (column, width) in columns.iter().zip(widths.iter_mut()) {
-            let (Column::Number { base, need, .. } | Column::Label { base, need }) = column else {
-                continue;
-            };
-            if pass(column) == Some(turn) {
+            if let Column::Number { need, seq, .. } = column
+                && *seq == seq_turn
+            {
                 let need = u16::try_from(*need).unwrap_or(u16::MAX);
-                let extra = need.saturating_sub(*base).min(room);
+                let extra = need.saturating_sub(*width).min(room);
                 room -= extra;
-                *width = base + extra;
+                *width += extra;
             }
         }
     }
@@ -646,20 +709,60 @@ mod tests {
         assert_eq!(chosen(5), "veri…");
     }
 
-    /// Labels widen after the amounts, before sequence numbers, towards their longest.
+    /// Labels widen before the amounts go past their base, and sequence numbers last.
     #[test]
-    fn labels_widen_after_numbers() {
+    fn labels_widen_before_numbers_past_their_base() {
         let spec = [
             Column::number(8, 12),
             Column::label(8, 25),
             Column::seq(4, 8),
             Column::text(Constraint::Fill(1), 10),
         ];
-        // 36 cells of minimums and gaps, 14 to share: 4 to the amount, 10 to the label.
+        // 36 cells of minimums and gaps, 14 to share: all to the label, which needs 17.
         let (_, widths) = columns(&spec, 50, 2);
-        assert_eq!(widths, [12, 18, 4, 0]);
+        assert_eq!(widths, [8, 22, 4, 10]);
+        // 30 more: 3 finish the label, 4 the amount, 4 the seq.
         let (_, widths) = columns(&spec, 80, 2);
-        assert_eq!(widths, [12, 25, 8, 0]);
+        assert_eq!(widths, [12, 25, 8, 10]);
+    }
+
+    #[test]
+    fn names_are_cut_in_the_middle_with_a_mark() {
+        let table: &[(&str, usize, &str)] = &[
+            ("ord-2", 10, "ord-2"),
+            ("payout-2026-12-07-customer-000123", 14, "payout-…000123"),
+            ("customer-000123:wallet", 10, "custo…llet"),
+            ("shop/customer-000123:wallet", 16, "shop/cus…:wallet"),
+            ("abc", 2, "a…"),
+            ("abc", 1, "…"),
+            ("abc", 0, ""),
+            // Wide characters count two cells each, and are never split.
+            ("日本語のキー", 7, "日…キー"),
+        ];
+        for (raw, width, cut) in table {
+            let got = fit_middle(raw, *width);
+            assert_eq!(got, *cut, "{raw} in {width}");
+            assert!(cells(&got) <= *width, "{got} in {width}");
+        }
+    }
+
+    /// Names share the room: each is cut as little as the room allows, rather than the
+    /// first taking all of it; the amount widens past its base only after them.
+    #[test]
+    fn labels_share_the_room() {
+        let spec = [
+            Column::label(4, 30),
+            Column::number(6, 9),
+            Column::label(4, 6),
+            Column::label(4, 30),
+        ];
+        // 18 of minimums and 3 gaps leave 19: 2 to the short name (all it needs), then
+        // 9 and 8 to the long ones, a cell each in turn; none to the amount.
+        let (_, widths) = columns(&spec, 40, 1);
+        assert_eq!(widths, [13, 6, 6, 12]);
+        // With room for all, each gets its need and no more.
+        let (_, widths) = columns(&spec, 200, 1);
+        assert_eq!(widths, [30, 9, 6, 30]);
     }
 
     #[test]
@@ -886,14 +989,14 @@ mod tests {
         ];
         // 76 cells: room for the sign.
         let (constraints, widths) = columns(&layout, 76, 1);
-        assert_eq!(widths, vec![0, 0, 19]);
+        assert_eq!(widths, vec![8, 8, 19]);
         assert_eq!(constraints[2], Constraint::Length(19));
         // No wider than needed, and never below the base.
         let (_, widths) = columns(&[Column::number(18, 3)], 76, 1);
         assert_eq!(widths, vec![18]);
         // 36 cells: 8 + 8 + 2 gaps leave 18; nothing to widen into.
         let (_, widths) = columns(&layout, 36, 1);
-        assert_eq!(widths, vec![0, 0, 18]);
+        assert_eq!(widths, vec![8, 8, 18]);
         // Earlier number columns are served first.
         let (_, widths) = columns(&[Column::number(4, 10), Column::number(4, 10)], 20, 0);
         assert_eq!(widths, vec![10, 10]);

@@ -129,8 +129,8 @@ async fn command(
     q: Params,
     body: Body,
 ) -> Response {
-    let client = match app.client(&headers) {
-        Ok(c) => c,
+    let tenant = match app.submitter(&headers, kind) {
+        Ok(t) => t,
         Err(p) => return app.fail(p),
     };
     if let Err(p) = no_params(q) {
@@ -150,15 +150,32 @@ async fn command(
         Ok(c) => c,
         Err(e) => return app.fail(Problem::invalid(e.detail)),
     };
-    execute(&app, client, key, command).await
+    if let Err(p) = accepted_currency(&app, &command) {
+        return app.fail(p);
+    }
+    execute(&app, tenant, key, command).await
 }
 
-async fn execute(app: &Shared, client: ClientId, key: Key, command: Command) -> Response {
+/// Refuses, before the ledger sees it, a currency the operator does not accept: an
+/// account's first deposit fixes its currency for ever, so a typo (`USS`) must not.
+fn accepted_currency(app: &App, command: &Command) -> Result<(), Problem> {
+    let (Command::Deposit { currency, .. } | Command::Withdraw { currency, .. }) = command else {
+        // A refund is in its withdrawal's currency, accepted when it was taken.
+        return Ok(());
+    };
+    crate::access::accepts_currency(&app.options.currencies, *currency).map_err(Problem::invalid)
+}
+
+async fn execute(app: &Shared, tenant: ClientId, key: Key, sent: Command) -> Response {
+    // The tenant's account names are taken inside its own space: nothing it can write
+    // reaches another tenant's money.
+    let command = sent.for_tenant(&tenant);
+    let client = tenant;
     // The store waits a bounded time for a twin in flight before it answers 409.
     let answer = app.store.submit(&client, &key, command.clone(), None).await;
     match answer {
-        Ok(Submission::Executed(o)) => outcome_response(app, &o, false),
-        Ok(Submission::Replayed(o)) => outcome_response(app, &o, true),
+        Ok(Submission::Executed(o)) => outcome_response(app, &o.seen_by(&client), false),
+        Ok(Submission::Replayed(o)) => outcome_response(app, &o.seen_by(&client), true),
         Ok(Submission::Reused) => {
             let stored = app.store.key(&client, &key).await.ok().flatten();
             let differs = stored

@@ -65,11 +65,11 @@ where
     let mut api = config.api;
     let consumer = config.amqp.map(|opts| {
         api.amqp_stats = Some(opts.stats.clone());
+        // "consuming" is said by the consumer once the broker took it.
         eprintln!(
-            "consuming queue {} from {} (prefetch {})",
-            opts.queue,
+            "amqp: connecting to {} to consume queue {}",
             amqp::redact(&opts.url),
-            opts.prefetch
+            opts.queue
         );
         let (store, stop, until) = (ledger.clone(), stop_tx.clone(), stopped(stop_rx.clone()));
         tokio::spawn(async move {

@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledger::{ClientId, SledConfig};
+use ledger::{Currency, SledConfig};
+
+use crate::access::Token;
 
 use super::listener::Limits;
 use crate::inbox::amqp::{AmqpOptions, AmqpStats};
@@ -14,10 +16,14 @@ use crate::inbox::amqp::{AmqpOptions, AmqpStats};
 /// How the API behaves, independent of where the ledger lives.
 #[derive(Debug, Clone)]
 pub struct ApiOptions {
-    /// Client tokens: (client, secret). Empty: one client, `default`, loopback only.
-    pub tokens: Vec<(ClientId, String)>,
+    /// Tenants' tokens. Empty: one tenant, `default`, with every right, loopback only.
+    pub tokens: Vec<Token>,
     /// The operator's secret for the feed endpoints when client tokens are configured.
     pub admin_token: Option<String>,
+    /// Listen on a non-loopback address without tokens: the operator said so.
+    pub allow_no_tokens: bool,
+    /// The currencies commands may name; empty: any ISO 4217 code.
+    pub currencies: Vec<Currency>,
     /// How long a request waits for an in-flight twin before answering 409.
     pub in_flight_wait: Duration,
     /// How often the sweeper looks for keys past the retention.
@@ -35,6 +41,8 @@ impl Default for ApiOptions {
         Self {
             tokens: Vec::new(),
             admin_token: None,
+            allow_no_tokens: false,
+            currencies: Vec::new(),
             in_flight_wait: Duration::from_millis(20),
             sweep_every: Duration::from_secs(5),
             verify_every: Duration::from_secs(600),
@@ -102,11 +110,12 @@ impl ServeConfig {
 /// Refuses an open server on a non-loopback address: with no tokens, anyone who can reach
 /// the port could move money.
 pub fn check_exposure(listen: SocketAddr, api: &ApiOptions) -> anyhow::Result<()> {
-    if api.tokens.is_empty() && !listen.ip().is_loopback() {
+    if api.tokens.is_empty() && !api.allow_no_tokens && !listen.ip().is_loopback() {
         anyhow::bail!(
             "refusing to listen on {listen} without tokens: with no --token or --tokens-file \
-             the worker serves the client `default` to anyone who connects, so it only \
-             listens on loopback (e.g. 127.0.0.1:7420)"
+             the worker lets anyone who connects move the tenant `default`'s money, so it \
+             only listens on loopback (e.g. 127.0.0.1:7420) unless told \
+             --allow-no-tokens (for a network you trust end to end)"
         );
     }
     Ok(())

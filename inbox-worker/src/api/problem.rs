@@ -35,11 +35,17 @@ impl Problem {
         self.detail = Some(d.into());
         self
     }
-    pub fn unauthorized() -> Self {
+    /// 401: no caller could be named; `title` says whether a token is missing or not
+    /// accepted, which a client fixes differently.
+    pub fn unauthorized(title: &'static str) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", title)
+    }
+    /// 403: the caller is known and may not do this; `detail` says what it may do.
+    pub fn forbidden() -> Self {
         Self::new(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "A valid bearer token is required.",
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "This token may not do this; nothing changed.",
         )
     }
     pub fn invalid(detail: impl Into<String>) -> Self {

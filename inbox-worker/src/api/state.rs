@@ -6,6 +6,9 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use ledger::{ClientId, Store};
+
+use crate::access::{self, Caller, Unknown};
+use crate::wire::CommandKind;
 use tokio::sync::{broadcast, watch};
 
 use super::metrics::Metrics;
@@ -47,19 +50,12 @@ pub(crate) fn fail_and_close(app: &App, p: Problem) -> Response {
 
 // ---- authentication -----------------------------------------------------------------------
 
-/// Who is calling.
+/// What a read may see: one tenant's data in its own names, or everything in ledger-wide
+/// names (the operator, or anyone on a worker without tokens).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Caller {
-    Client(ClientId),
-    Admin,
-}
-
-/// Compares secrets in time independent of where they differ, with `subtle`, whose
-/// comparison the optimiser is kept from turning into an early exit. Only a difference in
-/// length answers at once.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq as _;
-    a.ct_eq(b).into()
+pub(crate) enum View {
+    Tenant(ClientId),
+    All,
 }
 
 impl App {
@@ -71,43 +67,69 @@ impl App {
             .then(|| rest.trim_ascii())
     }
 
-    pub(crate) fn caller(&self, headers: &HeaderMap) -> Result<Caller, Problem> {
-        let presented = Self::bearer(headers);
-        if let (Some(p), Some(admin)) = (presented, &self.options.admin_token)
-            && same_secret(p, admin.as_bytes())
-        {
-            return Ok(Caller::Admin);
-        }
-        if self.options.tokens.is_empty() {
-            return Ok(Caller::Client(ClientId::default_client()));
-        }
-        let presented = presented.ok_or_else(Problem::unauthorized)?;
-        // Every token is compared, so the time taken does not tell which one came close.
-        let mut found = None;
-        for (client, secret) in &self.options.tokens {
-            if same_secret(presented, secret.as_bytes()) {
-                found = Some(client.clone());
-            }
-        }
-        found.map(Caller::Client).ok_or_else(Problem::unauthorized)
+    fn open(&self) -> bool {
+        self.options.tokens.is_empty()
     }
 
-    /// The client a money or key endpoint acts for.
-    pub(crate) fn client(&self, headers: &HeaderMap) -> Result<ClientId, Problem> {
+    pub(crate) fn caller(&self, headers: &HeaderMap) -> Result<Caller, Problem> {
+        access::resolve(
+            &self.options.tokens,
+            self.options.admin_token.as_deref(),
+            Self::bearer(headers),
+        )
+        .map_err(|why| match why {
+            Unknown::Missing => Problem::unauthorized("This worker needs a token.").detail(
+                "send Authorization: Bearer <your token>; the operator configures tokens \
+                 with serve --token or --tokens-file",
+            ),
+            Unknown::NotAccepted => Problem::unauthorized("This token is not accepted."),
+        })
+    }
+
+    /// The tenant a command of `kind` acts for, if its caller may send it.
+    pub(crate) fn submitter(
+        &self,
+        headers: &HeaderMap,
+        kind: CommandKind,
+    ) -> Result<ClientId, Problem> {
         match self.caller(headers)? {
-            Caller::Client(c) => Ok(c),
-            Caller::Admin if self.options.tokens.is_empty() => Ok(ClientId::default_client()),
-            Caller::Admin => Err(Problem::unauthorized()
-                .detail("the operator token reads the feed; commands need a client token")),
+            Caller::Tenant { tenant, role } => match role.may_submit(kind) {
+                Ok(()) => Ok(tenant),
+                Err(why) => Err(Problem::forbidden().detail(why)),
+            },
+            Caller::Operator if self.open() => Ok(ClientId::default_client()),
+            Caller::Operator => Err(Problem::forbidden()
+                .detail("the operator token reads; commands need a tenant's token")),
+        }
+    }
+
+    /// The tenant whose keys a key endpoint reads.
+    pub(crate) fn key_reader(&self, headers: &HeaderMap) -> Result<ClientId, Problem> {
+        match self.caller(headers)? {
+            Caller::Tenant { tenant, .. } => Ok(tenant),
+            Caller::Operator if self.open() => Ok(ClientId::default_client()),
+            Caller::Operator => Err(Problem::forbidden().detail(
+                "keys are read with their tenant's token; the operator reads them at \
+                 /v1/live/keys",
+            )),
+        }
+    }
+
+    /// What a read of accounts or facts may see.
+    pub(crate) fn reader(&self, headers: &HeaderMap) -> Result<View, Problem> {
+        match self.caller(headers)? {
+            Caller::Tenant { .. } if self.open() => Ok(View::All),
+            Caller::Tenant { tenant, .. } => Ok(View::Tenant(tenant)),
+            Caller::Operator => Ok(View::All),
         }
     }
 
     /// Operator endpoints: open without tokens, the admin token with them.
     pub(crate) fn operator(&self, headers: &HeaderMap) -> Result<(), Problem> {
         match self.caller(headers)? {
-            Caller::Admin => Ok(()),
-            Caller::Client(_) if self.options.tokens.is_empty() => Ok(()),
-            Caller::Client(_) => Err(Problem::unauthorized()
+            Caller::Operator => Ok(()),
+            Caller::Tenant { .. } if self.open() => Ok(()),
+            Caller::Tenant { .. } => Err(Problem::forbidden()
                 .detail("operator endpoints need the operator token (serve --admin-token)")),
         }
     }

@@ -28,9 +28,14 @@
 //! The reasons are: undecodable (not a valid inbox message), `message_id_reused` (the
 //! id was seen with another payload; the ledger also keeps it in its quarantine, in the
 //! commit that refused it), `idempotency_key_reused` (the key holds another command), and
-//! the delivery limit (`delivered N times`: every attempt failed or crashed). Apart from
-//! `message_id_reused`, the dead-letter queue is their only record: they are not written to
-//! the store's quarantine as well (two records of one refusal could disagree).
+//! the delivery limit (`delivered N times`: every attempt failed or crashed). Every one is
+//! also kept in the store's quarantine, so that an operator finds every refusal in one place
+//! (`/v1/live/quarantine`): the worker writes it there with its body as received before it
+//! publishes the copy (a store that cannot keep it requeues the message, as any store error
+//! does; at the delivery limit, where the store is usually what fails, the dead-letter copy
+//! alone keeps it), and `message_id_reused` is kept by the ledger in the commit that refused
+//! it. A message requeued after a failed copy, or redelivered after a crash before its ack,
+//! may be kept twice: never not at all.
 //!
 //! # Order
 //!
@@ -75,6 +80,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use ledger::{ClientId, Command, Key, LedgerError, MessageId, Store};
+use parking_lot::Mutex;
 use tokio::task::JoinSet;
 
 use super::{Disposition, Retry};
@@ -100,15 +106,15 @@ pub struct AmqpOptions {
     pub dead_letter_exchange: String,
     /// Default `<queue>.dead`.
     pub dead_letter_queue: String,
-    /// The client of messages that name none.
-    pub default_client: ClientId,
+    /// The tenant its messages act for, and the currencies they may name.
+    pub rules: super::InboxRules,
     /// Shown by `rabbitmqctl list_connections` (and how a test finds its connection).
     pub connection_name: String,
     /// How long one connection attempt may take before it counts as failed.
     pub connect_timeout: Duration,
     /// Back-off between reconnection attempts: doubles from `reconnect_min` up to
-    /// `reconnect_max`, and starts over once consuming resumed. Every attempt is logged and
-    /// counted in `reconnects`.
+    /// `reconnect_max`, and starts over once consuming resumed. Every failed attempt is
+    /// logged and counted in `connect_failures`; each lost connection once in `reconnects`.
     pub reconnect_min: Duration,
     pub reconnect_max: Duration,
     /// How long a delivery whose key is in flight elsewhere is retried in place before it
@@ -137,7 +143,7 @@ impl AmqpOptions {
             max_deliveries: 20,
             dead_letter_exchange: format!("{queue}.dlx"),
             dead_letter_queue: format!("{queue}.dead"),
-            default_client: ClientId::default_client(),
+            rules: super::InboxRules::default(),
             connection_name: format!("idem-inbox-worker {queue}"),
             connect_timeout: Duration::from_secs(10),
             reconnect_min: Duration::from_millis(100),
@@ -155,8 +161,12 @@ impl AmqpOptions {
 
 pub use super::DeadReason;
 
-/// Live counters of a consumer, shared with the metrics endpoint. All counts are since the
-/// `AmqpStats` was created, across reconnections.
+/// Live counters of a consumer, shared with the metrics endpoint and `/healthz`. All counts
+/// are since the `AmqpStats` was created, across reconnections.
+///
+/// Every delivery ends in exactly one of `acked`, `requeued` and `acks_lost`, so at any
+/// moment `consumed = acked + requeued + acks_lost + deliveries in hand` (at most the
+/// prefetch, per connection; none once the consumer stopped).
 #[derive(Debug, Default)]
 pub struct AmqpStats {
     consumed: AtomicU64,
@@ -168,8 +178,22 @@ pub struct AmqpStats {
     ack_failures: AtomicU64,
     store_errors: AtomicU64,
     reconnects: AtomicU64,
-    dead_lettered: [AtomicU64; 4],
+    connect_failures: AtomicU64,
+    dead_lettered: [AtomicU64; DeadReason::ALL.len()],
+    quarantined: AtomicU64,
     connected: AtomicBool,
+    /// Why the consumer is not consuming, while it is not: what `/healthz` reports.
+    down: Mutex<Option<String>>,
+}
+
+/// The consumer's state, as `/healthz` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AmqpHealth {
+    /// Connected, consuming.
+    Consuming,
+    /// Not consuming, with why: the last connection error, or that the first attempt is
+    /// still under way.
+    Down(String),
 }
 
 impl AmqpStats {
@@ -185,6 +209,8 @@ impl AmqpStats {
             ack_failures: get(&self.ack_failures),
             store_errors: get(&self.store_errors),
             reconnects: get(&self.reconnects),
+            connect_failures: get(&self.connect_failures),
+            quarantined: get(&self.quarantined),
             dead_lettered: DeadReason::ALL
                 .iter()
                 .map(|r| (r.as_str(), get(&self.dead_lettered[r.index()])))
@@ -195,6 +221,33 @@ impl AmqpStats {
     /// Whether the consumer is connected and consuming right now.
     pub fn connected(&self) -> bool {
         self.connected.load(Ordering::Relaxed)
+    }
+
+    /// Consuming, or not and why. Before the first attempt has ended, the reason says the
+    /// consumer is still connecting.
+    pub fn health(&self) -> AmqpHealth {
+        // Read under the lock that `set_down`/`set_consuming` write under, so the flag and
+        // the reason are one state.
+        let down = self.down.lock();
+        if self.connected() {
+            return AmqpHealth::Consuming;
+        }
+        AmqpHealth::Down(
+            down.clone()
+                .unwrap_or_else(|| "connecting to the broker (no attempt has ended yet)".into()),
+        )
+    }
+
+    fn set_consuming(&self) {
+        let mut down = self.down.lock();
+        self.connected.store(true, Ordering::Relaxed);
+        *down = None;
+    }
+
+    fn set_down(&self, why: String) {
+        let mut down = self.down.lock();
+        self.connected.store(false, Ordering::Relaxed);
+        *down = Some(why);
     }
 
     /// Prometheus text for these counters, in the style of `metrics.rs`.
@@ -232,10 +285,32 @@ impl AmqpStats {
             r.requeued,
         );
         one(
+            "idem_amqp_acks_lost_total",
+            "counter",
+            "Deliveries left unsettled to the broker, which redelivers them: their ack or \
+             nack could not be sent (the channel was gone), or they were abandoned at a stop. \
+             consumed = acked + requeued + acks_lost + deliveries in hand.",
+            r.ack_failures,
+        );
+        one(
+            "idem_amqp_quarantined_total",
+            "counter",
+            "Refused messages kept in the store's quarantine (each is also dead-lettered).",
+            r.quarantined,
+        );
+        one(
             "idem_amqp_reconnects_total",
             "counter",
-            "Reconnections to the broker.",
+            "Outages: times the consumer lost its connection after consuming, each counted \
+             once however many attempts the reconnection took.",
             r.reconnects,
+        );
+        one(
+            "idem_amqp_connect_failures_total",
+            "counter",
+            "Attempts to connect and start consuming that failed (each retried after a \
+             back-off).",
+            r.connect_failures,
         );
         one(
             "idem_amqp_connected",
@@ -272,10 +347,16 @@ pub struct ConsumeReport {
     /// Submissions answered with a stored outcome (duplicates, redeliveries).
     pub replayed: u64,
     pub requeued: u64,
-    /// Acks or nacks that could not be sent (the channel was gone); the broker redelivers.
+    /// Deliveries left unsettled: their ack or nack could not be sent (the channel was
+    /// gone), or they were abandoned at a stop; the broker redelivers them.
     pub ack_failures: u64,
     pub store_errors: u64,
+    /// Outages: connections lost after consuming (each counted once).
     pub reconnects: u64,
+    /// Attempts to connect and start consuming that failed.
+    pub connect_failures: u64,
+    /// Refused messages kept in the store's quarantine.
+    pub quarantined: u64,
     /// By [`DeadReason::as_str`], every reason present.
     pub dead_lettered: BTreeMap<&'static str, u64>,
 }
@@ -309,7 +390,14 @@ impl std::fmt::Display for ConsumeReport {
         if !reasons.is_empty() {
             write!(f, " ({})", reasons.join(", "))?;
         }
-        write!(f, ", {} reconnects", self.reconnects)?;
+        if self.quarantined > 0 {
+            write!(f, ", {} quarantined", self.quarantined)?;
+        }
+        write!(
+            f,
+            ", {} reconnects ({} failed attempts)",
+            self.reconnects, self.connect_failures
+        )?;
         if self.store_errors > 0 {
             write!(f, ", {} store errors", self.store_errors)?;
         }
@@ -453,8 +541,19 @@ fn permanent(error: &anyhow::Error) -> bool {
 /// does both) is published again, up to 5 times in all: republishing is safe, the
 /// consumer deduplicates by message id. Fails on anything else, or when the attempts run
 /// out; a rerun of the whole input is safe for the same reason. Returns the number
-/// confirmed.
+/// confirmed. The error is flat (each cause said once, see [`describe`]), so `{:#}` prints
+/// it without lapin's repetitions.
 pub async fn publish(
+    url: &str,
+    queue: &str,
+    messages: impl IntoIterator<Item = Vec<u8>>,
+) -> anyhow::Result<u64> {
+    publish_all(url, queue, messages)
+        .await
+        .map_err(|e| anyhow!(describe(&e)))
+}
+
+async fn publish_all(
     url: &str,
     queue: &str,
     messages: impl IntoIterator<Item = Vec<u8>>,
@@ -609,28 +708,35 @@ pub async fn consume(
             bail!("consuming from queue {}: {}", opts.queue, describe(&error));
         }
         if started {
+            // An outage begins: counted once, however many attempts it takes to end it.
             ever_consumed = true;
             backoff = opts.reconnect_min;
+            AmqpStats::inc(&stats.reconnects);
+        } else {
+            AmqpStats::inc(&stats.connect_failures);
         }
-        AmqpStats::inc(&stats.reconnects);
-        eprintln!(
-            "amqp: {} {} (queue {}): {}; reconnecting in {} ms",
-            if ever_consumed {
+        let why = format!(
+            "{} {} (queue {}): {}",
+            if started {
                 "lost"
+            } else if ever_consumed {
+                "cannot reconnect to"
             } else {
                 "cannot consume from"
             },
             redact(&opts.url),
             opts.queue,
             describe(&error),
-            backoff.as_millis()
         );
+        eprintln!("amqp: {why}; retrying in {} ms", backoff.as_millis());
+        stats.set_down(why);
         tokio::select! {
             () = shutdown.as_mut() => break,
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(opts.reconnect_max);
     }
+    stats.set_down("the consumer stopped".into());
     Ok(stats.snapshot())
 }
 
@@ -699,7 +805,14 @@ async fn session(
         },
     };
     *started = true;
-    opts.stats.connected.store(true, Ordering::Relaxed);
+    // Said once the broker took the consumer, not before: until then nothing is consumed.
+    eprintln!(
+        "amqp: consuming queue {} from {} (prefetch {})",
+        opts.queue,
+        redact(&opts.url),
+        opts.prefetch.max(1)
+    );
+    opts.stats.set_consuming();
     let ctx = Arc::new(Ctx {
         store: store.clone(),
         opts: opts.clone(),
@@ -725,7 +838,13 @@ async fn session(
             },
         }
     };
-    opts.stats.connected.store(false, Ordering::Relaxed);
+    if matches!(ended, Ended::Shutdown) {
+        opts.stats.set_down("the consumer is stopping".into());
+    } else {
+        // `consume` replaces this with the error once it has logged it.
+        opts.stats
+            .set_down("the connection to the broker was lost".into());
+    }
     settle_in_hand(&ended, &channel, consumer.tag().as_str(), tasks, opts).await;
     let _ = channel.close(200, "shutting down").await;
     let _ = ctx.dead.close(200, "shutting down").await;
@@ -763,6 +882,14 @@ async fn settle_in_hand(
                     opts.drain_timeout.as_secs()
                 );
                 tasks.abort_all();
+                // Left unsettled, like a delivery whose ack was lost: counted with them, so
+                // that consumed = acked + requeued + acks_lost once the consumer stopped.
+                // Only the tasks the abort ended: one may have finished meanwhile.
+                while let Some(joined) = tasks.join_next().await {
+                    if joined.is_err_and(|e| e.is_cancelled()) {
+                        AmqpStats::inc(&opts.stats.ack_failures);
+                    }
+                }
             }
         }
         Ended::Lost(_) => {
@@ -823,19 +950,23 @@ fn deliveries(properties: &BasicProperties) -> u64 {
 async fn process(ctx: &Ctx, delivery: Delivery) {
     let n = deliveries(&delivery.properties);
     if n > u64::from(ctx.opts.max_deliveries) {
-        let id = super::message_id_of(&delivery.data).unwrap_or_default();
+        let id = super::message_id_of(&delivery.data);
         let reason = format!(
             "delivered {n} times, more than max_deliveries {}: every attempt failed",
             ctx.opts.max_deliveries
         );
-        return dead_letter(ctx, &delivery, DeadReason::DeliveryLimit, &reason, &id, n).await;
+        let why = DeadReason::DeliveryLimit;
+        // Every attempt failing usually means the store is failing too: then the
+        // dead-letter queue alone keeps the message, rather than it going round for ever.
+        let kept = keep(ctx, &delivery, &reason, id.clone()).await.ok();
+        let id = id.unwrap_or_default();
+        return dead_letter(ctx, &delivery, why, &reason, &id, n, kept).await;
     }
     // When the key was first found in flight: measured from that answer, not from the first
     // submission, which may itself have waited long on a slow store.
     let mut in_flight_since = None;
     loop {
-        let disposition =
-            super::handle(&*ctx.store, &delivery.data, &ctx.opts.default_client).await;
+        let disposition = super::handle(&*ctx.store, &delivery.data, &ctx.opts.rules).await;
         if disposition.decided_by_store() {
             ctx.store_failures.store(0, Ordering::Relaxed);
         }
@@ -849,16 +980,25 @@ async fn process(ctx: &Ctx, delivery: Delivery) {
                 return ack_durable(ctx, &delivery).await;
             }
             Disposition::Quarantined { message_id, reason } => {
+                // The store kept it in its quarantine, in the commit that refused it.
+                AmqpStats::inc(&ctx.opts.stats.quarantined);
                 let why = DeadReason::MessageIdReused;
-                return dead_letter(ctx, &delivery, why, &reason, &message_id, n).await;
+                return dead_letter(ctx, &delivery, why, &reason, &message_id, n, None).await;
             }
             Disposition::DeadLetter {
                 why,
                 reason,
                 message_id,
             } => {
+                // Kept in the store's quarantine first, so that every refusal is in one
+                // place an operator reads (`/v1/live/quarantine`); a store that cannot
+                // keep it is a store error like any other: the message is requeued.
+                let kept = match keep(ctx, &delivery, &reason, message_id.clone()).await {
+                    Ok(id) => id,
+                    Err(error) => return store_failed(ctx, &delivery, &error).await,
+                };
                 let id = message_id.unwrap_or_default();
-                return dead_letter(ctx, &delivery, why, &reason, &id, n).await;
+                return dead_letter(ctx, &delivery, why, &reason, &id, n, Some(kept)).await;
             }
             Disposition::RetryLater(Retry::InProgress { retry_after }) => {
                 // Usually a duplicate of this very message in the same prefetch window: its
@@ -933,9 +1073,29 @@ async fn requeue(ctx: &Ctx, delivery: &Delivery) {
     }
 }
 
+/// Keeps a refused delivery in the store's quarantine with its reason and its body as
+/// received (the store keeps the first 4 KiB); returns the record's id.
+async fn keep(
+    ctx: &Ctx,
+    delivery: &Delivery,
+    reason: &str,
+    message_id: Option<String>,
+) -> Result<u64, LedgerError> {
+    let kept = ctx
+        .store
+        .quarantine(message_id, reason.to_owned(), delivery.data.clone())
+        .await;
+    match &kept {
+        Ok(_) => AmqpStats::inc(&ctx.opts.stats.quarantined),
+        Err(e) => eprintln!("amqp: the store could not quarantine a refused message: {e}"),
+    }
+    kept
+}
+
 /// Publishes the dead-letter copy with its reason, waits for the broker's confirm, then
 /// acks the original. If the copy is not confirmed, the original is requeued: a message is
-/// never acked before it is kept somewhere durable.
+/// never acked before it is kept somewhere durable. `quarantined` is the store's record of
+/// it, when this delivery wrote one.
 async fn dead_letter(
     ctx: &Ctx,
     delivery: &Delivery,
@@ -943,6 +1103,7 @@ async fn dead_letter(
     reason: &str,
     message_id: &str,
     deliveries: u64,
+    quarantined: Option<u64>,
 ) {
     // The original headers travel along, less the source queue's delivery count (the
     // dead-letter queue keeps its own; ours is in `x-idem-deliveries`).
@@ -996,6 +1157,20 @@ async fn dead_letter(
     let what = match published {
         Ok(Confirmation::Ack(None)) => {
             ctx.opts.stats.dead_lettered[why.index()].fetch_add(1, Ordering::Relaxed);
+            // Said when it happens, for the operator who watches the log; the reason never
+            // quotes the message.
+            eprintln!(
+                "amqp: dead-lettered message {} to {}{}: {reason}",
+                if message_id.is_empty() {
+                    "(no readable id)"
+                } else {
+                    message_id
+                },
+                ctx.opts.dead_letter_queue,
+                quarantined
+                    .map(|id| format!(" (quarantine #{id})"))
+                    .unwrap_or_default(),
+            );
             return ack(ctx, delivery).await;
         }
         Ok(Confirmation::Ack(Some(_))) => {
@@ -1068,11 +1243,46 @@ mod tests {
         let stats = AmqpStats::default();
         stats.dead_lettered[DeadReason::KeyReused.index()].fetch_add(2, Ordering::Relaxed);
         let r = stats.snapshot();
-        assert_eq!(r.dead_lettered.len(), 4);
+        assert_eq!(r.dead_lettered.len(), DeadReason::ALL.len());
         assert_eq!(r.dead_lettered_total(), 2);
         assert!(r.to_string().contains("idempotency_key_reused 2"), "{r}");
         let mut out = String::new();
         stats.write_prometheus(&mut out);
         assert!(out.contains("idem_amqp_dead_lettered_total{reason=\"undecodable\"} 0"));
+        stats.ack_failures.fetch_add(3, Ordering::Relaxed);
+        stats.connect_failures.fetch_add(5, Ordering::Relaxed);
+        let mut out = String::new();
+        stats.write_prometheus(&mut out);
+        for line in [
+            "idem_amqp_acks_lost_total 3",
+            "idem_amqp_connect_failures_total 5",
+            "idem_amqp_reconnects_total 0",
+            "idem_amqp_quarantined_total 0",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} in {out}");
+        }
+    }
+
+    #[test]
+    fn health_says_why_it_is_down() {
+        let stats = AmqpStats::default();
+        let AmqpHealth::Down(why) = stats.health() else {
+            panic!("consuming before any attempt")
+        };
+        assert!(why.contains("connecting"), "{why}");
+        stats.set_consuming();
+        assert_eq!(stats.health(), AmqpHealth::Consuming);
+        stats.set_down("lost it".into());
+        assert_eq!(stats.health(), AmqpHealth::Down("lost it".into()));
+    }
+
+    #[test]
+    fn describes_each_cause_once() {
+        let io = std::io::Error::from_raw_os_error(111);
+        let text = io.to_string();
+        let e = anyhow::Error::new(lapin::Error::IOError(Arc::new(io))).context("connecting");
+        let said = describe(&e);
+        assert_eq!(said.matches(&text).count(), 1, "{said}");
+        assert!(said.starts_with("connecting: "), "{said}");
     }
 }

@@ -7,7 +7,7 @@ use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use ledger::{ClientId, LedgerError, Outcome, Store};
+use ledger::{LedgerError, Outcome, Store};
 
 use super::{DeadReason, Disposition, Retry};
 use crate::text::count;
@@ -86,12 +86,13 @@ impl std::fmt::Display for Stopped {
 
 impl std::error::Error for Stopped {}
 
-/// Feeds every line of `input` through the inbox of `store`. `client` is used for
-/// messages that name none. Reads `input` blocking: run it on a runtime of its own.
+/// Feeds every line of `input` through the inbox of `store`, under `rules` (the tenant
+/// of messages that name none, and whether others are refused). Reads `input` blocking:
+/// run it on a runtime of its own.
 pub async fn consume(
     store: &dyn Store,
     input: &mut dyn BufRead,
-    client: &ClientId,
+    rules: &super::InboxRules,
     progress: &ProgressBar,
 ) -> Result<Summary, Stopped> {
     let mut summary = Summary::default();
@@ -117,7 +118,7 @@ pub async fn consume(
             continue;
         }
         summary.messages += 1;
-        if let Err(error) = one_line(store, line, line_no, client, &mut summary).await {
+        if let Err(error) = one_line(store, line, line_no, rules, &mut summary).await {
             return Err(Stopped {
                 line: line_no,
                 summary,
@@ -158,12 +159,12 @@ async fn one_line(
     store: &dyn Store,
     line: &[u8],
     line_no: u64,
-    default_client: &ClientId,
+    rules: &super::InboxRules,
     summary: &mut Summary,
 ) -> Result<(), LedgerError> {
     let deadline = Instant::now() + store.rules().lease + Duration::from_secs(1);
     loop {
-        match super::handle(store, line, default_client).await {
+        match super::handle(store, line, rules).await {
             Disposition::Executed(Outcome::Applied(_)) => summary.applied += 1,
             Disposition::Executed(Outcome::Rejected(_)) => summary.rejected += 1,
             Disposition::Replayed(_) => summary.duplicates += 1,

@@ -15,7 +15,10 @@ pub mod jsonl;
 
 use std::time::Duration;
 
-use ledger::{ClientId, LedgerError, Outcome, Store, Submission};
+use ledger::{Command, LedgerError, Outcome, Store, Submission};
+
+pub use crate::access::InboxRules;
+use crate::access::accepts_currency;
 
 use crate::wire;
 
@@ -34,14 +37,17 @@ pub enum DeadReason {
     KeyReused,
     /// Delivered too often without an outcome (the broker's transport decides this one).
     DeliveryLimit,
+    /// This inbox may not act for the tenant it names, or does not take its currency.
+    NotAccepted,
 }
 
 impl DeadReason {
-    pub const ALL: [DeadReason; 4] = [
+    pub const ALL: [DeadReason; 5] = [
         DeadReason::Undecodable,
         DeadReason::MessageIdReused,
         DeadReason::KeyReused,
         DeadReason::DeliveryLimit,
+        DeadReason::NotAccepted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +56,7 @@ impl DeadReason {
             DeadReason::MessageIdReused => "message_id_reused",
             DeadReason::KeyReused => "idempotency_key_reused",
             DeadReason::DeliveryLimit => "delivery_limit",
+            DeadReason::NotAccepted => "not_accepted",
         }
     }
 
@@ -70,7 +77,7 @@ pub enum Disposition {
     /// it in its quarantine, in the commit that refused it: nothing more to record here.
     Quarantined { message_id: String, reason: String },
     /// It will never apply, and nothing recorded it yet: the transport keeps it with the
-    /// reason (the file inbox in the store's quarantine, the broker in its dead letters).
+    /// reason in the store's quarantine (the broker also in its dead letters).
     DeadLetter {
         why: DeadReason,
         reason: String,
@@ -106,10 +113,11 @@ impl Disposition {
     }
 }
 
-/// The one decision for a message: decodes `body`, submits its command through the inbox
-/// (deduplicated by message id and key; the client is `default_client` when the message
-/// names none) and says what became of it. Reasons never quote the message.
-pub async fn handle(store: &dyn Store, body: &[u8], default_client: &ClientId) -> Disposition {
+/// The one decision for a message: decodes `body`, checks it against `rules` (the tenant
+/// it acts for, its currency), submits its command through the inbox (deduplicated by
+/// message id and key, its accounts in its tenant's space) and says what became of it.
+/// Reasons never quote the message.
+pub async fn handle(store: &dyn Store, body: &[u8], rules: &InboxRules) -> Disposition {
     let message = match wire::parse_message(body) {
         Ok(m) => m,
         Err((message_id, invalid)) => {
@@ -120,14 +128,29 @@ pub async fn handle(store: &dyn Store, body: &[u8], default_client: &ClientId) -
             };
         }
     };
-    let client = message.client.as_ref().unwrap_or(default_client);
     let message_id = message.message_id.as_str().to_owned();
+    let not_accepted = |why: &str| Disposition::DeadLetter {
+        why: DeadReason::NotAccepted,
+        reason: format!(
+            "{}: {why}; nothing changed",
+            DeadReason::NotAccepted.as_str()
+        ),
+        message_id: Some(message_id.clone()),
+    };
+    let Some(client) = rules.tenant_of(message.client.as_ref()) else {
+        return not_accepted("this queue serves another tenant");
+    };
+    if let Command::Deposit { currency, .. } | Command::Withdraw { currency, .. } = &message.command
+        && let Err(why) = accepts_currency(&rules.currencies, *currency)
+    {
+        return not_accepted(&why);
+    }
     // The store waits a bounded time for a twin in flight before it answers "in progress".
     let submitted = store
         .submit(
-            client,
+            &client,
             &message.key,
-            message.command.clone(),
+            message.command.for_tenant(&client),
             Some(message.message_id.clone()),
         )
         .await;

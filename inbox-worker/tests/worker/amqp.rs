@@ -461,6 +461,13 @@ impl Store for Faulty {
     async fn balances(&self) -> Result<ledger::Balances, LedgerError> {
         self.inner.balances().await
     }
+    async fn balance_at(
+        &self,
+        account: &Account,
+        point: ledger::AsOf,
+    ) -> Result<Option<ledger::BalanceAt>, LedgerError> {
+        self.inner.balance_at(account, point).await
+    }
     async fn account(
         &self,
         account: &Account,
@@ -654,16 +661,39 @@ async fn amqp_poison_messages_are_dead_lettered_with_their_reason() {
     assert_eq!(report.store_errors, 3, "{report}");
     assert_eq!(report.requeued, 3, "{report}");
     assert_eq!(report.acked, 5, "{report}");
-    // One effect: the original deposit. The ledger kept the reused id in its quarantine.
+    assert_eq!(
+        report.consumed,
+        report.acked + report.requeued + report.ack_failures,
+        "{report:?}"
+    );
+    // One effect: the original deposit.
     assert_eq!(facts(&*store).await, 1);
     assert_eq!(balance(&*store, "alice").await, 100);
+    // Every refusal is also in the store's quarantine, where an operator reads them all:
+    // the reused id kept by the ledger in the commit that refused it, the others with
+    // their body as received.
+    assert_eq!(report.quarantined, 4, "{report}");
     let kept = store.quarantined(0, 10).await.unwrap();
-    assert!(
+    assert_eq!(kept.len(), 4, "{kept:?}");
+    let find = |reason: &str| {
         kept.iter()
-            .any(|q| q.message_id.as_deref() == Some("m-1")
-                && q.reason.starts_with("message_id_reused")),
-        "{kept:?}"
-    );
+            .find(|q| q.reason.starts_with(reason))
+            .unwrap_or_else(|| panic!("no {reason} in {kept:?}"))
+    };
+    assert_eq!(find("message_id_reused").message_id.as_deref(), Some("m-1"));
+    for (reason, body, id) in [
+        ("undecodable", &undecodable, None),
+        (
+            "idempotency_key_reused",
+            &same_key_other_command,
+            Some("m-2"),
+        ),
+        ("delivered 4 times", &failing, Some("m-3")),
+    ] {
+        let q = find(reason);
+        assert_eq!(q.payload.as_bytes(), &body[..], "{q:?}");
+        assert_eq!(q.message_id.as_deref(), id, "{q:?}");
+    }
     assert_verified(&*store).await;
     assert_eq!(ready(&url, &opts.queue).await, 0);
     close(db, store).await;
@@ -743,6 +773,10 @@ async fn submit_via_publishes_minor_units() {
         )),
         "{text}"
     );
+    // The broker's confirm is not the outcome: the line says so, and where to read it.
+    assert!(text.contains("not an outcome"), "{text}");
+    assert!(text.contains("GET /v1/keys/via-1"), "{text}");
+    assert!(text.contains("/v1/live/quarantine"), "{text}");
     let out = cli(&[
         "refund",
         "--key",
@@ -804,6 +838,33 @@ async fn submit_via_publishes_minor_units() {
             serde_json::json!({"type": "refund", "withdrawal": "w-1", "amount": 150}),
         ]
     );
+}
+
+/// A broker that refuses the connection is reported with each cause once: lapin's errors
+/// repeat their source in their own text, which a plain `{:#}` would print twice. Needs
+/// no broker: the port is one nothing listens on.
+#[test]
+fn submit_via_an_unreachable_broker_says_each_cause_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = std::process::Command::new(crate::support::bin())
+        .args(["submit", "deposit", "--key", "k-1", "--account", "alice"])
+        .args(["--amount", "1", "--currency", "RUB", "--queue", "q"])
+        .args([
+            "--via",
+            &format!("amqp://guest:secret@127.0.0.1:{port}/%2f"),
+        ])
+        .env_remove("IDEM_VIA")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let refused = "Connection refused";
+    assert_eq!(err.matches(refused).count(), 1, "{err}");
+    assert!(!err.contains("secret"), "the password leaked: {err}");
 }
 
 /// `rabbitmqctl` as root, or `None` where it cannot run.
@@ -947,7 +1008,14 @@ async fn amqp_consumer_reconnects_after_the_broker_kills_its_connection() {
     .await;
     let report = consumer.stop().await;
     eprintln!("amqp killed: {report} in {:?}", started.elapsed());
-    assert!(report.reconnects >= 1, "{report}");
+    // One connection killed is one outage, however many attempts reconnecting took.
+    assert_eq!(report.reconnects, 1, "{report}");
+    // Every delivery is acked, requeued, or left to the broker with its channel.
+    assert_eq!(
+        report.consumed,
+        report.acked + report.requeued + report.ack_failures,
+        "{report:?}"
+    );
     // What the consumer held when its connection died came back and was replayed; the
     // commits of the 8 it held stand, their acks failed on the dead channel.
     assert!(report.redelivered >= 8, "{report}");
@@ -973,4 +1041,262 @@ async fn amqp_consumer_reconnects_after_the_broker_kills_its_connection() {
     assert_verified(&*store).await;
     assert_eq!(ready(&url, &opts.queue).await, 0);
     close(db, store).await;
+}
+
+/// A TCP relay to the broker that the test can cut: a real connection path with a switch
+/// in it. While it is down it accepts and closes at once, so every attempt to connect
+/// fails as on a broker that went away; cutting it also closes the connections it
+/// relays.
+struct Relay {
+    port: u16,
+    up: Arc<AtomicBool>,
+    relayed: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    accept: JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(broker: &str) -> Relay {
+        let target = broker.to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(false));
+        let relayed = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (up2, relayed2) = (up.clone(), relayed.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !up2.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                relayed2.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Relay {
+            port,
+            up,
+            relayed,
+            accept,
+        }
+    }
+
+    fn open(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+
+    /// Refuses new connections and drops the ones it relays: an outage.
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for task in self.relayed.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+        self.accept.abort();
+    }
+}
+
+/// The broker's `host:port` in an AMQP URL, and the URL with another port.
+fn via_port(url: &str, port: u16) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (auth, rest) = rest.rsplit_once('@').map_or(("", rest), |(a, r)| (a, r));
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let broker = if host.contains(':') {
+        host.to_owned()
+    } else {
+        format!("{host}:5672")
+    };
+    let at = if auth.is_empty() { "" } else { "@" };
+    let name = broker.rsplit_once(':').unwrap().0;
+    (
+        broker.clone(),
+        format!("{scheme}://{auth}{at}{name}:{port}/{path}"),
+    )
+}
+
+/// Outages are counted once each, however many attempts reconnecting takes (those are
+/// counted apart), and the consumer's state says why it is down while it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_outages_are_counted_once_and_reported_while_they_last() {
+    let Some(url) = broker().await else { return };
+    let Some((db, store)) =
+        open_store("amqp_outages_are_counted_once_and_reported_while_they_last").await
+    else {
+        return;
+    };
+    let (broker_addr, _) = via_port(&url, 0);
+    let relay = Relay::start(&broker_addr).await;
+    let (_, relayed_url) = via_port(&url, relay.port);
+    let (mut opts, _cleanup) = options(&url, "outages");
+    opts.url = relayed_url;
+    let consumer = start(store.clone(), opts.clone());
+    let stats = consumer.stats.clone();
+    let down = |stats: &AmqpStats| match stats.health() {
+        amqp::AmqpHealth::Down(reason) => Some(reason),
+        amqp::AmqpHealth::Consuming => None,
+    };
+
+    // Down from the start: failed attempts, no outage yet, and the reason.
+    wait_for(
+        "3 failed attempts",
+        &stats,
+        Duration::from_secs(30),
+        async || stats.snapshot().connect_failures >= 3,
+    )
+    .await;
+    let reason = down(&stats).expect("not consuming yet");
+    assert!(reason.starts_with("cannot consume from"), "{reason}");
+    assert_eq!(stats.snapshot().reconnects, 0);
+
+    let mut published = 0;
+    for outage in 1..=2u64 {
+        relay.open();
+        wait_for("consuming", &stats, Duration::from_secs(30), async || {
+            stats.connected()
+        })
+        .await;
+        assert_eq!(stats.health(), amqp::AmqpHealth::Consuming);
+        let batch: Vec<Vec<u8>> = (published..published + 20)
+            .map(|i| deposit(&format!("m-{i}"), &format!("k-{i}"), "alice", 1))
+            .collect();
+        published += 20;
+        amqp::publish(&url, &opts.queue, batch).await.unwrap();
+        wait_for(
+            "the batch acked",
+            &stats,
+            Duration::from_secs(60),
+            async || stats.snapshot().acked >= published,
+        )
+        .await;
+
+        let failed_before = stats.snapshot().connect_failures;
+        relay.cut();
+        wait_for(
+            "3 failed attempts in the outage",
+            &stats,
+            Duration::from_secs(30),
+            async || stats.snapshot().connect_failures >= failed_before + 3,
+        )
+        .await;
+        let reason = down(&stats).expect("down during the outage");
+        assert!(reason.starts_with("cannot reconnect to"), "{reason}");
+        assert_eq!(stats.snapshot().reconnects, outage, "{}", stats.snapshot());
+    }
+    relay.open();
+    wait_for(
+        "consuming again",
+        &stats,
+        Duration::from_secs(30),
+        async || stats.connected(),
+    )
+    .await;
+    let report = consumer.stop().await;
+    eprintln!("amqp outages: {report}");
+    assert_eq!(report.reconnects, 2, "{report}");
+    assert!(report.connect_failures >= 9, "{report}");
+    assert_eq!(
+        report.consumed,
+        report.acked + report.requeued + report.ack_failures,
+        "{report:?}"
+    );
+    assert_eq!(facts(&*store).await, 40);
+    assert!(matches!(stats.health(), amqp::AmqpHealth::Down(_)));
+    drop(relay);
+    close(db, store).await;
+}
+
+/// A port nothing listens on, for a broker that refuses connections.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `/healthz` of a worker whose consumer cannot reach its broker: 200, since the HTTP API
+/// still serves, with `degraded` and the connection error said once; `/metrics` counts
+/// the failed attempts and no outage. Needs no broker: nothing listens on the port.
+#[test]
+fn healthz_is_degraded_while_the_consumer_cannot_connect() {
+    let (_dir, db) = crate::support::scratch();
+    let amqp = format!("amqp://guest:secret@127.0.0.1:{}/%2f", closed_port());
+    let w = crate::support::Worker::start(&db, &["--amqp", &amqp, "--queue", "idem.health"]);
+    let http = w.http();
+    let health = crate::support::eventually(
+        Duration::from_secs(30),
+        "a failed attempt in /healthz",
+        || {
+            let r = http.get("/healthz");
+            assert_eq!(r.status, 200, "{}", r.body);
+            let body = r.json();
+            body["amqp"]["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("Connection refused"))
+                .then_some(body)
+        },
+    );
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(health["amqp"]["status"], "disconnected", "{health}");
+    let reason = health["amqp"]["reason"].as_str().unwrap();
+    assert_eq!(reason.matches("Connection refused").count(), 1, "{reason}");
+    assert!(!reason.contains("secret"), "the password leaked: {reason}");
+    assert!(health["last_seq"].is_u64(), "{health}");
+    // The worker still serves commands.
+    assert_eq!(http.deposit("dep-1", "alice", 100).status, 201);
+    let metrics = http.get("/metrics").body;
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics"))
+    };
+    assert_eq!(value("idem_amqp_connected"), 0);
+    assert!(value("idem_amqp_connect_failures_total") >= 1);
+    assert_eq!(value("idem_amqp_reconnects_total"), 0);
+    assert_eq!(value("idem_amqp_acks_lost_total"), 0);
+    assert_eq!(w.term().code(), Some(0));
+    // Never said to consume: it never did.
+    let log = std::fs::read_to_string(db.with_extension("log")).unwrap();
+    assert!(!log.contains("consuming queue"), "{log}");
+}
+
+/// With its consumer connected, `/healthz` is `ok` and says the consumer is consuming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_is_ok_while_the_consumer_consumes() {
+    let Some(url) = broker().await else { return };
+    let (opts, _cleanup) = options(&url, "health-ok");
+    let (_dir, db) = crate::support::scratch();
+    let (queue, db2) = (opts.queue.clone(), db.clone());
+    let w = tokio::task::spawn_blocking(move || {
+        crate::support::Worker::start(&db2, &["--amqp", &url, "--queue", &queue])
+    })
+    .await
+    .unwrap();
+    let http = w.http();
+    let health = tokio::task::spawn_blocking(move || {
+        crate::support::eventually(Duration::from_secs(30), "ok in /healthz", || {
+            let body = http.get("/healthz").json();
+            (body["status"] == "ok").then_some(body)
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(health["amqp"]["status"], "consuming", "{health}");
+    assert_eq!(
+        tokio::task::spawn_blocking(move || w.term().code())
+            .await
+            .unwrap(),
+        Some(0)
+    );
+    let log = std::fs::read_to_string(db.with_extension("log")).unwrap();
+    assert_eq!(log.matches("amqp: consuming queue").count(), 1, "{log}");
 }

@@ -135,7 +135,9 @@ fn scenario(root: &Http) {
     assert_eq!(d1.status, 201, "{}", d1.body);
     let d1_until = kept_until(&d1);
     let w1 = shop.withdraw("w-1", "alice", 300);
-    let db = bank.deposit("d-b", "alice", 50);
+    // Another tenant's `alice` is another account: it moves nothing here.
+    assert_eq!(bank.deposit("d-b", "alice", 50).status, 201);
+    let db = shop.deposit("d-b", "alice", 50);
     let r1 = shop.post(
         "/v1/refunds",
         Some("r-1"),
@@ -242,7 +244,7 @@ fn scenario(root: &Http) {
         (seq(&db), 750, 50, "d-b"),
         (seq(&r1), 850, 100, "r-1"),
     ];
-    let (head, lines) = statement(&admin, "alice", 2);
+    let (head, lines) = statement(&admin, "shop%2Falice", 2);
     let got = summary(&lines);
     assert_eq!(&got[..4], &want[..], "{lines:#?}");
     assert_eq!(got.len(), 5, "{lines:#?}");
@@ -253,21 +255,26 @@ fn scenario(root: &Http) {
             head["currency"].clone(),
             head["balance"].clone()
         ),
-        (json!("alice"), json!("RUB"), json!(10_850))
+        (json!("shop/alice"), json!("RUB"), json!(10_850))
     );
     assert_eq!(lines[1]["type"], "WithdrawalRecorded");
+    assert_eq!(lines[1]["account"], "shop/alice");
     assert_eq!(lines[3]["withdrawal"], "w-1");
     // One page that holds it all says nothing follows.
-    let whole = admin.get("/v1/accounts/alice/facts").json();
+    let whole = admin.get("/v1/accounts/shop%2Falice/facts").json();
     assert_eq!(whole["facts"].as_array().unwrap().len(), 5);
     assert_eq!(whole["next_after"], Value::Null);
 
-    // A client sees its own movements of the account, with the account's balances.
-    let (_, mine) = statement(&shop, "alice", 100);
+    // A tenant reads its account's statement in its own names; another tenant's `alice`
+    // is its own.
+    let (head, mine) = statement(&shop, "alice", 100);
+    assert_eq!(head["account"], "alice");
+    assert_eq!(mine[0]["account"], "alice");
     let mine: Vec<_> = summary(&mine).into_iter().map(|l| l.3).collect();
-    assert_eq!(mine, ["d-1", "w-1", "r-1", "d-2"]);
+    assert_eq!(mine, ["d-1", "w-1", "d-b", "r-1", "d-2"]);
     let (_, theirs) = statement(&bank, "alice", 1);
-    assert_eq!(summary(&theirs), [want[2]]);
+    assert_eq!(summary(&theirs).len(), 1);
+    assert_eq!(summary(&theirs)[0].1, 50);
 
     // What a statement refuses.
     for (path, status, code) in [
@@ -299,5 +306,68 @@ fn scenario(root: &Http) {
     assert_eq!(
         (anonymous.status, anonymous.code().as_str()),
         (401, "unauthorized")
+    );
+
+    // A balance at a point of the log: after the account's last movement at or before
+    // it, naming that movement.
+    let at = |http: &Http, query: &str| {
+        let r = http.get(&format!("/v1/accounts/alice?{query}"));
+        assert_eq!(r.status, 200, "{query}: {}", r.body);
+        let v = r.json();
+        (v["balance"].as_i64().unwrap(), v["movement_seq"].as_u64())
+    };
+    assert_eq!(at(&shop, "as_of_seq=0"), (0, None));
+    assert_eq!(
+        at(&shop, &format!("as_of_seq={}", seq(&d1))),
+        (1000, Some(seq(&d1)))
+    );
+    // Bank's deposit to its own `alice` comes between: shop's `alice` did not move.
+    assert_eq!(
+        at(&shop, &format!("as_of_seq={}", seq(&w1) + 1)),
+        (700, Some(seq(&w1)))
+    );
+    assert_eq!(
+        at(&shop, &format!("as_of_seq={}", seq(&r1))),
+        (850, Some(seq(&r1)))
+    );
+    let d1_at = d1.json()["created_at"].as_str().unwrap().to_owned();
+    let first = shop
+        .get(&format!("/v1/accounts/alice?as_of={d1_at}"))
+        .json();
+    assert_eq!(first["as_of"], d1_at.as_str());
+    assert!(first["balance"].as_i64().unwrap() >= 1000, "{first}");
+    assert_eq!(at(&shop, "as_of=2000-01-01T00:00:00Z"), (0, None));
+    // Both: the earlier bound decides.
+    assert_eq!(
+        at(
+            &shop,
+            &format!("as_of_seq={}&as_of=2000-01-01T00:00:00Z", seq(&r1))
+        ),
+        (0, None)
+    );
+    let operator = admin.get(&format!("/v1/accounts/shop%2Falice?as_of_seq={}", seq(&w1)));
+    assert_eq!(operator.json()["balance"], 700, "{}", operator.body);
+    assert_eq!(operator.json()["account"], "shop/alice");
+    assert_eq!(at(&bank, "as_of_seq=1000000").0, 50);
+    for (who, query, status) in [
+        (&shop, "as_of=yesterday", 400),
+        (&shop, "as_of_seq=-1", 400),
+        (&shop, "as_of_seq=1&limit=1", 400),
+    ] {
+        assert_eq!(
+            who.get(&format!("/v1/accounts/alice?{query}")).status,
+            status,
+            "{query}"
+        );
+    }
+    let system = admin.get("/v1/accounts/@world?as_of_seq=1");
+    assert_eq!(
+        (system.status, system.code().as_str()),
+        (400, "invalid_request")
+    );
+    let ghost = shop.get("/v1/accounts/ghost?as_of_seq=1");
+    assert_eq!(
+        (ghost.status, ghost.code().as_str()),
+        (404, "account_not_found")
     );
 }

@@ -136,15 +136,23 @@ fn answers_table_rows() {
     problem(&http.post(D, Some("huge"), &huge), 413, "payload_too_large");
     assert_unused(&http, "huge");
 
-    // No error body quotes the client's input back.
+    // No error body quotes the client's values back; an unknown field is named (its name
+    // only), so that a typo can be fixed from the answer.
     let marker = r#"{"zzzmarker":"zzzvalue","amount":"zzzamount"}"#;
-    for r in [
-        http.post(D, Some("echo"), marker),
-        http.post(D, Some("zzz key"), marker),
-    ] {
-        assert_eq!(r.status, 400);
-        assert!(!r.body.contains("zzz"), "echoed input: {}", r.body);
-    }
+    let r = http.post(D, Some("echo"), marker);
+    assert_eq!(r.status, 400);
+    assert!(
+        !r.body.contains("zzzvalue") && !r.body.contains("zzzamount"),
+        "echoed input: {}",
+        r.body
+    );
+    assert_eq!(
+        r.json()["detail"],
+        "unknown field `zzzmarker`: a deposit or a withdrawal takes exactly account, amount, currency"
+    );
+    let r = http.post(D, Some("zzz key"), marker);
+    assert_eq!(r.status, 400);
+    assert!(!r.body.contains("zzz"), "echoed input: {}", r.body);
 
     // unknown endpoints are problems too.
     problem(&http.get("/v1/nope"), 404, "not_found");
@@ -401,7 +409,7 @@ fn two_tokens_are_isolated() {
         401,
         "unauthorized",
     );
-    problem(&admin.deposit("k", "gus", 100), 401, "unauthorized");
+    problem(&admin.deposit("k", "gus", 100), 403, "forbidden");
 
     let a = shop.deposit("k", "gus", 100);
     assert_eq!(a.status, 201, "{}", a.body);
@@ -418,9 +426,9 @@ fn two_tokens_are_isolated() {
     let facts = |h: &Http| h.get("/v1/facts").json()["facts"].as_array().unwrap().len();
     assert_eq!((facts(&shop), facts(&bank), facts(&admin)), (1, 1, 2));
     // Operator endpoints need the operator token.
-    problem(&shop.get("/v1/live/snapshot"), 401, "unauthorized");
+    problem(&shop.get("/v1/live/snapshot"), 403, "forbidden");
     assert_eq!(admin.get("/v1/live/snapshot").status, 200);
-    problem(&shop.get("/v1/live/quarantine"), 401, "unauthorized");
+    problem(&shop.get("/v1/live/quarantine"), 403, "forbidden");
     assert_eq!(admin.get("/v1/live/quarantine").status, 200);
     let one = admin.get("/v1/live/keys/shop/k");
     assert_eq!(one.status, 200, "{}", one.body);
@@ -437,10 +445,12 @@ fn two_tokens_are_isolated() {
             .find(|a| a["account"] == name)
             .map(|a| a["balance"].clone())
     };
-    assert_eq!(balance("gus"), Some(serde_json::json!(100)));
-    assert_eq!(balance("hal"), Some(serde_json::json!(700)));
+    // Each tenant's accounts under their ledger-wide names.
+    assert_eq!(balance("shop/gus"), Some(serde_json::json!(100)));
+    assert_eq!(balance("bank/hal"), Some(serde_json::json!(700)));
     assert_eq!(accounts["sums"]["RUB"], 0);
-    assert_eq!(admin.balance("hal"), 700);
+    assert_eq!(admin.balance("bank%2Fhal"), 700);
+    assert_eq!(bank.balance("hal"), 700);
     problem(&anon.get("/v1/accounts"), 401, "unauthorized");
     problem(
         &anon.with_token("wrong").get("/v1/accounts"),
@@ -461,6 +471,53 @@ fn refuses_to_listen_openly_without_tokens() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("without tokens"));
+    // Said explicitly, it listens.
+    let (_dir, db) = scratch();
+    let w = Worker::start_on(&db, "0.0.0.0:0", &["--allow-no-tokens"]);
+    assert_eq!(w.term().code(), Some(0));
+}
+
+/// A currency is checked before the ledger sees the command: an ISO 4217 code, and one
+/// of `--currencies` when the operator lists them. The refusal leaves the key unused.
+#[test]
+fn currencies_are_checked_before_the_ledger_sees_the_command() {
+    let (_dir, db) = scratch();
+    let w = Worker::start(&db, &["--currencies", "RUB,EUR"]);
+    let http = w.http();
+    let send = |key: &str, currency: &str| {
+        http.post(
+            "/v1/deposits",
+            Some(key),
+            &format!(r#"{{"account":"alice","amount":100,"currency":"{currency}"}}"#),
+        )
+    };
+    let typo = send("d-1", "USS");
+    problem(&typo, 400, "invalid_request");
+    assert_eq!(
+        typo.json()["detail"],
+        "the currency is not an ISO 4217 code"
+    );
+    let other = send("d-1", "USD");
+    problem(&other, 400, "invalid_request");
+    assert_eq!(other.json()["detail"], "this worker accepts RUB, EUR only");
+    problem(&http.get("/v1/accounts/alice"), 404, "account_not_found");
+    // The key was left unused.
+    assert_eq!(send("d-1", "EUR").status, 201);
+    assert_eq!(w.term().code(), Some(0));
+    // A typo in the worker's own list stops it at start.
+    let out = run(&[
+        "serve",
+        "--db",
+        db.to_str().unwrap(),
+        "--currencies",
+        "RUB,USS",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not an ISO 4217 code"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

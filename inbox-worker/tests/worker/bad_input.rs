@@ -145,11 +145,25 @@ fn rows() -> Vec<Row> {
         invalid("json-string", r#""zqxstring""#).marker("zqxstring"),
         invalid("json-number", "12345"),
         invalid("json-null", "null"),
+        // An unknown field is named, its value never quoted; a long name is not repeated.
         invalid(
             "unknown-field",
             r#"{"account":"alice","amount":1,"currency":"RUB","zqxfield":"zqxvalue"}"#,
         )
-        .marker("zqx"),
+        .marker("zqxvalue"),
+        invalid(
+            "unknown-field-long-name",
+            &format!(
+                r#"{{"account":"alice","amount":1,"currency":"RUB","zqxlong{}":1}}"#,
+                "n".repeat(60)
+            ),
+        )
+        .marker("zqxlong"),
+        invalid(
+            "unknown-field-control-name",
+            r#"{"account":"alice","amount":1,"currency":"RUB","zqxctl":1}"#,
+        )
+        .marker("zqxctl"),
         invalid(
             "duplicate-field",
             r#"{"account":"alice","amount":1,"amount":1,"currency":"RUB"}"#,

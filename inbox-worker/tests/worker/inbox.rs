@@ -13,7 +13,7 @@ this is not json
 
 {"message_id":"m5","key":"ref-1","command":{"type":"refund","withdrawal":"req-7f3a","amount":100}}
 {"message_id":"m5","key":"ref-1","command":{"type":"refund","withdrawal":"req-7f3a","amount":100}}
-{"message_id":"m6","key":"w-2","client":"shop","command":{"type":"withdraw","account":"alice","amount":1,"currency":"RUB","memo":"x"}}
+{"message_id":"m6","key":"w-2","client":"shop","command":{"type":"withdraw","account":"alice","amount":1,"currency":"RUB","memo":"zqxmemo"}}
 {"message_id":"m7","key":"big","command":{"type":"withdraw","account":"alice","amount":100000,"currency":"RUB"}}
 {"message_id":"m8","key":"w-3","command":{"type":"withdraw","account":"alice","amount":0,"currency":"RUB"}}
 "#;
@@ -56,8 +56,13 @@ fn inbox_file_absorbs_duplicates_and_quarantines_the_rest() {
     );
     assert!(text.contains("line 12, message m6: undecodable"), "{text}");
     assert!(text.contains("line 14, message m8: undecodable"), "{text}");
-    // No input is echoed into the reasons, only into the kept payload.
-    assert!(!text.contains("memo"), "{text}");
+    // No value is echoed into the reasons, only into the kept payload; an unknown field
+    // is named, so that the sender can fix it.
+    assert!(!text.contains("zqxmemo"), "{text}");
+    assert!(
+        text.contains("line 12, message m6: undecodable: unknown field `memo` in command"),
+        "{text}"
+    );
 
     // A second delivery of the whole file moves nothing.
     let again = consume();
@@ -210,4 +215,56 @@ fn verify_reports_and_refuses_a_missing_ledger() {
     let out = run(&["verify", "--db", db.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no ledger"));
+}
+
+/// A file of one tenant's messages: those naming no tenant act for `--client`, in its own
+/// space; one naming another tenant, or a currency the worker does not take, is
+/// quarantined as `not_accepted` and moves nothing.
+#[test]
+fn an_inbox_pinned_to_a_tenant_acts_for_it_alone() {
+    let (dir, db) = scratch();
+    let file = dir.path().join("shop.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"message_id":"m1","key":"d-1","command":{"type":"deposit","account":"alice","amount":1000,"currency":"RUB"}}
+{"message_id":"m2","key":"w-1","client":"other","command":{"type":"withdraw","account":"alice","amount":900,"currency":"RUB"}}
+{"message_id":"m3","key":"d-2","client":"shop","command":{"type":"deposit","account":"alice","amount":5,"currency":"RUB"}}
+{"message_id":"m4","key":"d-3","command":{"type":"deposit","account":"bob","amount":5,"currency":"USS"}}
+{"message_id":"m5","key":"d-4","command":{"type":"deposit","account":"bob","amount":5,"currency":"EUR"}}
+"#,
+    )
+    .unwrap();
+    let out = run(&[
+        "consume",
+        "--db",
+        db.to_str().unwrap(),
+        "--from",
+        file.to_str().unwrap(),
+        "--client",
+        "shop",
+        "--only-client",
+        "--currencies",
+        "RUB",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.starts_with("5 messages: 2 applied"), "{text}");
+    for (line, why) in [
+        (2, "this queue serves another tenant"),
+        (4, "the currency is not an ISO 4217 code"),
+        (5, "this worker accepts RUB only"),
+    ] {
+        assert!(
+            text.contains(&format!(
+                "line {line}, message m{line}: not_accepted: {why}"
+            )),
+            "{text}"
+        );
+    }
+    let w = Worker::start(&db, &["--token", "shop=s-shop", "--token", "other=s-other"]);
+    let http = w.http();
+    assert_eq!(http.with_token("s-shop").balance("alice"), 1005);
+    let theirs = http.with_token("s-other").get("/v1/accounts/alice");
+    assert_eq!(theirs.status, 404, "{}", theirs.body);
+    assert_eq!(w.term().code(), Some(0));
 }

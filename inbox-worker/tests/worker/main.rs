@@ -17,7 +17,9 @@ mod no_5xx;
 mod openapi;
 mod postgres;
 mod raw;
+mod replay;
 mod support;
+mod tenants;
 mod tour;
 
 #[test]

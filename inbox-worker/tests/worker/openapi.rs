@@ -130,7 +130,7 @@ fn every_reference_resolves_and_every_problem_code_is_described() {
     for code in ledger::Rejection::ALL.map(ledger::Rejection::code) {
         codes.insert(code.to_owned());
     }
-    for code in ["unauthorized", "unavailable", "internal"] {
+    for code in ["unauthorized", "forbidden", "unavailable", "internal"] {
         codes.insert(code.to_owned());
     }
     assert!(codes.len() >= 20, "{codes:?}");
@@ -140,4 +140,31 @@ fn every_reference_resolves_and_every_problem_code_is_described() {
             "the problem code {code} is not in docs/openapi.json"
         );
     }
+}
+
+/// The document's currencies are exactly the codes the worker accepts by default (ISO
+/// 4217, as `idem-money` knows it): every three capital letters are tried both ways, so
+/// neither can drift from the other.
+#[test]
+fn the_documents_currencies_are_the_ones_accepted() {
+    let (_, doc) = document();
+    let listed: BTreeSet<String> = doc["components"]["schemas"]["Currency"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect();
+    let mut accepted = BTreeSet::new();
+    for a in b'A'..=b'Z' {
+        for b in b'A'..=b'Z' {
+            for c in b'A'..=b'Z' {
+                let code = String::from_utf8(vec![a, b, c]).unwrap();
+                if money::is_iso_code(&code) {
+                    accepted.insert(code);
+                }
+            }
+        }
+    }
+    assert!(accepted.len() > 150, "{}", accepted.len());
+    assert_eq!(listed, accepted);
 }

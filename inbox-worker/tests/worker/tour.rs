@@ -17,8 +17,9 @@
 //!   Times (`2026-12-01T17:42:51.881Z`), loopback ports and `(N ms)` are compared as
 //!   placeholders, so the document may show real ones.
 //!
-//! Blocks of other kinds (`sh`, `json`, none) are not run; a `cargo install --path DIR`
-//! in them must name a package of this workspace.
+//! Blocks of other kinds (`sh`, `json`, none) are not run; a `cargo install` in them must
+//! say `--locked` (without it cargo resolves newer dependencies than CI tested) and its
+//! `--path DIR` must name a package of this workspace.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -356,18 +357,44 @@ fn run_document(name: &str) -> Vec<Step> {
     steps
 }
 
-/// Every `cargo install --path DIR` of the document names a package with a binary.
+/// Every `cargo install` of the document builds with `Cargo.lock` (`--locked`) and names
+/// with `--path DIR` a package with a binary.
 fn check_install_lines(name: &str, text: &str) {
     static INSTALL: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"cargo install --path (\S+)").unwrap());
-    for c in INSTALL.captures_iter(text) {
-        let dir = root().join(&c[1]);
+        LazyLock::new(|| Regex::new(r"cargo install[^\n#]*").unwrap());
+    static PATH: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"--path (\S+)").unwrap());
+    for line in INSTALL.find_iter(text).map(|m| m.as_str()) {
+        // Prose that names the command is not an install line.
+        if !line.contains("--path") {
+            continue;
+        }
         assert!(
-            dir.join("Cargo.toml").is_file() && dir.join("src/main.rs").is_file(),
-            "{name}: `cargo install --path {}` names no package with a binary",
-            &c[1]
+            line.split_whitespace().any(|w| w == "--locked"),
+            "{name}: `{line}` builds without --locked, with dependencies CI never tested"
+        );
+        let dir = PATH
+            .captures(line)
+            .map(|c| c[1].trim_end_matches('`').to_owned());
+        let dir = dir.unwrap_or_default();
+        assert!(
+            root().join(&dir).join("Cargo.toml").is_file()
+                && root().join(&dir).join("src/main.rs").is_file(),
+            "{name}: `{line}` names no package with a binary"
         );
     }
+}
+
+/// The install check refuses a line without `--locked` and a path with no package.
+#[test]
+fn install_lines_must_be_locked_and_name_a_package() {
+    check_install_lines(
+        "ok",
+        "cargo install --locked --path inbox-worker  # the worker\n",
+    );
+    let refused =
+        |text: &'static str| std::panic::catch_unwind(|| check_install_lines("doc", text)).is_err();
+    assert!(refused("cargo install --path inbox-worker\n"));
+    assert!(refused("cargo install --locked --path no-such-dir\n"));
 }
 
 /// What may differ between runs, made equal on both sides.

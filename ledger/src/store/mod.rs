@@ -104,6 +104,11 @@ pub trait Store: Send + Sync + 'static {
     /// PostgreSQL, where seqs are not gapless, a movement takes its seq while it holds its
     /// account's row lock, so no movement of the account can commit later with a lower seq.
     async fn statement(&self, account: &Account, after: u64, limit: usize) -> Result<Vec<Fact>>;
+    /// A user account's balance after its last durable movement at or before `point`,
+    /// read from the account's statement index, so its cost does not grow with the log.
+    /// `None` when no such user account exists (now); a balance of 0 with no movement
+    /// when the account had none by then. System accounts keep no statement: `None`.
+    async fn balance_at(&self, account: &Account, point: AsOf) -> Result<Option<BalanceAt>>;
     async fn balances(&self) -> Result<Balances>;
     async fn account(&self, account: &Account) -> Result<Option<BTreeMap<Currency, i128>>>;
     async fn stats(&self) -> Result<Stats>;
@@ -120,6 +125,41 @@ pub trait Store: Send + Sync + 'static {
     /// Finishes and makes durable what was submitted before; later submissions answer
     /// [`LedgerError::Closed`].
     async fn shutdown(&self);
+}
+
+/// A point of the log a balance is read at: after every fact with a seq at most `seq`
+/// and recorded at or before `time` (a bound left out does not bound).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AsOf {
+    pub seq: Option<u64>,
+    pub time: Option<Timestamp>,
+}
+
+impl AsOf {
+    /// After every fact with this seq or a lower one.
+    pub fn seq(seq: u64) -> Self {
+        Self {
+            seq: Some(seq),
+            time: None,
+        }
+    }
+    /// After every fact recorded at or before this time.
+    pub fn time(at: Timestamp) -> Self {
+        Self {
+            seq: None,
+            time: Some(at),
+        }
+    }
+}
+
+/// A user account's balance at a point of the log ([`Store::balance_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BalanceAt {
+    pub currency: Currency,
+    pub balance: u128,
+    /// The seq of the movement whose balance this is: the account's last one at or
+    /// before the point; `None` before its first.
+    pub movement: Option<u64>,
 }
 
 /// An operational failure. Business refusals are never errors: they are outcomes.

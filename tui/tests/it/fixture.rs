@@ -390,3 +390,95 @@ pub fn extreme_app() -> App {
     }));
     app
 }
+
+/// A tenant's account name at its longest: `tenant/name`, 129 bytes.
+pub fn longest_account() -> String {
+    format!(
+        "shop/{}:wallet",
+        "x".repeat(129 - "shop/".len() - ":wallet".len())
+    )
+}
+
+/// Five currencies, each with its `@world` and `@payouts` (ten system accounts), and
+/// tenants' account names up to the longest.
+pub fn many_currencies_accounts() -> AccountsPage {
+    let mut accounts = Vec::new();
+    let mut sums = serde_json::Map::new();
+    let users = [
+        ("shop/customer-000123:wallet", "RUB", 100_000),
+        ("shop/customer-000124:wallet", "USD", 2_500),
+        ("billing/acme-gmbh:eur-main", "EUR", 70_000),
+        ("jp/tanaka", "JPY", 500),
+        ("kw/fund", "KWD", 1_000),
+    ];
+    for (account, currency, balance) in users {
+        accounts.push(
+            json!({"account": account, "currency": currency, "balance": balance,
+                             "system": false}),
+        );
+        accounts.push(json!({"account": "@world", "currency": currency,
+                             "balance": -2 * balance, "system": true}));
+        accounts.push(json!({"account": "@payouts", "currency": currency,
+                             "balance": balance, "system": true}));
+        sums.insert(currency.to_string(), json!(0));
+    }
+    accounts.push(
+        json!({"account": longest_account(), "currency": "RUB", "balance": 0,
+                         "system": false}),
+    );
+    serde_json::from_value(json!({"accounts": accounts, "sums": sums})).unwrap()
+}
+
+/// The key of a payout withdrawal with a long name, and its account's.
+pub const PAYOUT_KEY: &str = "payout-2026-12-07-customer-000123";
+pub const PAYOUT_ACCOUNT: &str = "shop/customer-000123:wallet";
+
+/// Facts with long keys and accounts: a payout withdrawal, a refund of it that was
+/// rejected (its fact names the withdrawal, not the currency), and a rejected refund of a
+/// withdrawal the dashboard has never seen.
+pub fn long_name_facts() -> Vec<FactRow> {
+    let facts = [
+        json!({"seq": 141, "type": "WithdrawalRecorded", "key": PAYOUT_KEY,
+               "command": "withdraw", "account": PAYOUT_ACCOUNT, "amount": 100_000,
+               "currency": "RUB", "balance_after": 0}),
+        json!({"seq": 142, "type": "CommandRejected", "key": "refund-2026-12-08-customer-000123",
+               "command": "refund", "withdrawal": PAYOUT_KEY, "amount": 100_000,
+               "rejection": "refund_exceeds_withdrawal", "refundable": 50_000}),
+        json!({"seq": 143, "type": "CommandRejected", "key": "refund-of-a-stranger",
+               "command": "refund", "withdrawal": "wd-never-seen", "amount": 100_000,
+               "rejection": "withdrawal_not_found"}),
+    ];
+    facts
+        .into_iter()
+        .map(|mut fact| {
+            fact["at"] = json!("2026-11-30T11:59:59.000Z");
+            fact["client"] = json!("shop");
+            fact["version"] = json!(1);
+            serde_json::from_value(fact).unwrap()
+        })
+        .collect()
+}
+
+/// A keys page of long names: the payout, a rejected refund of it whose row carries no
+/// currency, and a deposit to the longest account name.
+pub fn long_name_keys() -> KeysPage {
+    serde_json::from_value(json!({
+        "keys": [
+            {"client": "shop", "key": "refund-2026-12-08-customer-000123", "status": "done",
+             "command": "refund", "withdrawal": PAYOUT_KEY, "amount": 100_000,
+             "since": "2026-11-30T11:59:59.000Z", "age_ms": 1_000, "replays": 0,
+             "conflicts": 0,
+             "outcome": {"outcome": "rejected", "code": "refund_exceeds_withdrawal"}},
+            {"client": "shop", "key": PAYOUT_KEY, "status": "done", "command": "withdraw",
+             "account": PAYOUT_ACCOUNT, "amount": 100_000, "currency": "RUB",
+             "since": "2026-11-30T11:59:58.000Z", "age_ms": 2_000, "replays": 0,
+             "conflicts": 0, "outcome": {"outcome": "applied"}},
+            {"client": "tenant-with-a-long-client-name", "key": "dep-1", "status": "done",
+             "command": "deposit", "account": longest_account(), "amount": 300,
+             "currency": "RUB", "since": "2026-11-30T11:59:00.000Z", "age_ms": 60_000,
+             "replays": 0, "conflicts": 0, "outcome": {"outcome": "applied"}}
+        ],
+        "next": null
+    }))
+    .unwrap()
+}

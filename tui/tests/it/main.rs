@@ -13,7 +13,7 @@ use ledger_tui::{App, Event};
 
 /// Presses keys: plain characters, or names in angle brackets
 /// (`<Enter>`, `<Esc>`, `<Tab>`, `<BackTab>`, `<Up>`, `<Down>`, `<PgUp>`, `<PgDn>`,
-/// `<Home>`, `<End>`, `<BS>`, `<C-c>`).
+/// `<Home>`, `<End>`, `<BS>`, `<C-c>`, `<C-u>`, `<C-j>`).
 pub fn press(app: &mut App, keys: &str) {
     let mut rest = keys;
     while let Some(c) = rest.chars().next() {
@@ -33,6 +33,8 @@ pub fn press(app: &mut App, keys: &str) {
                 "End" => KeyEvent::from(KeyCode::End),
                 "BS" => KeyEvent::from(KeyCode::Backspace),
                 "C-c" => KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL),
+                "C-u" => KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL),
+                "C-j" => KeyEvent::new(KeyCode::Char('j'), KeyModifiers::CONTROL),
                 other => panic!("unknown key name <{other}>"),
             };
             (key, end + 1)

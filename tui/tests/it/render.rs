@@ -420,3 +420,148 @@ fn conflicts_counted_not_listed() {
     press(&mut app, "3");
     check("conflicts_counted_not_listed", &app);
 }
+
+/// Five currencies: every system account and every sum is shown, or counted where the
+/// terminal has no room for it; tenants' long names are cut in the middle with a `…`.
+#[test]
+fn balances_many_currencies() {
+    let mut app = live_app(true);
+    app.handle(data(Data::Accounts(fixture::many_currencies_accounts())));
+    press(&mut app, "4");
+    for (width, height) in SIZES {
+        app.handle(Event::Resize(width, height));
+        let screen = render(&app, width, height).backend().to_string();
+        // Each currency's sum is on screen, or counted among the `+N more`.
+        let sums = ["RUB", "USD", "EUR", "JPY", "KWD"]
+            .iter()
+            .filter(|code| {
+                screen.contains(&format!("{code} = 0")) || screen.contains(&format!("{code}=0"))
+            })
+            .count();
+        let counted = screen
+            .split("+")
+            .skip(1)
+            .filter_map(|rest| rest.split(" more").next()?.parse::<usize>().ok())
+            .sum::<usize>();
+        assert!(
+            sums == 5 || counted > 0,
+            "a sum is missing uncounted at {width}x{height}:\n{screen}"
+        );
+        assert!(!screen.contains(&fixture::longest_account()), "{screen}");
+    }
+    app.handle(Event::Resize(120, 40));
+    let screen = render(&app, 120, 40).backend().to_string();
+    // The longest name is cut in the middle, marked, and keeps its tenant and its end.
+    let longest = screen
+        .lines()
+        .find(|line| line.contains("shop/xx"))
+        .unwrap();
+    assert!(
+        longest.contains("x…x") && longest.contains("x:wallet"),
+        "{screen}"
+    );
+    for row in ["@payouts", "@world"] {
+        assert_eq!(
+            screen.matches(row).count(),
+            5,
+            "every {row} leg at 120x40:\n{screen}"
+        );
+    }
+    check("balances_many_currencies", &app);
+}
+
+/// Long keys and accounts in the log are cut in the middle with a `…` only where the room
+/// runs out; a rejected refund's amount is in its withdrawal's currency when the dashboard
+/// has seen the withdrawal, and in minor units, said so, when it has not.
+#[test]
+fn log_long_names() {
+    let mut app = live_app(true);
+    app.handle(data(Data::Facts {
+        facts: fixture::long_name_facts(),
+        reset: false,
+    }));
+    press(&mut app, "5");
+    app.handle(Event::Resize(120, 40));
+    let screen = render(&app, 120, 40).backend().to_string();
+    // The payout's key and account, whole or cut with a mark between start and end.
+    let payout = screen
+        .lines()
+        .find(|line| line.contains("Withdrawal") && line.contains("payo"));
+    let payout = payout.unwrap_or_else(|| panic!("no payout row:\n{screen}"));
+    for name in [fixture::PAYOUT_KEY, fixture::PAYOUT_ACCOUNT] {
+        let (start, end) = (&name[..4], &name[name.len() - 3..]);
+        let shown = payout.contains(name)
+            || payout
+                .split_whitespace()
+                .any(|w| w.starts_with(start) && w.contains('…') && w.ends_with(end));
+        assert!(shown, "{name} cut without a mark:\n{screen}");
+    }
+    let refund = screen.lines().find(|line| line.contains(" 142 ")).unwrap();
+    assert!(refund.contains("1,000.00 RUB"), "{screen}");
+    let stranger = screen.lines().find(|line| line.contains(" 143 ")).unwrap();
+    assert!(stranger.contains("100,000 minor units"), "{screen}");
+    check("log_long_names", &app);
+}
+
+/// Keys with long names: the columns give their room to the names that need it, and what
+/// is still cut ends in a `…`; a refund row without a currency takes its withdrawal's.
+#[test]
+fn keys_long_names() {
+    let mut app = live_app(true);
+    press(&mut app, "2");
+    let query = app.key_query();
+    app.handle(data(Data::Keys {
+        query,
+        page: fixture::long_name_keys(),
+    }));
+    for (width, height) in SIZES {
+        app.handle(Event::Resize(width, height));
+        let screen = render(&app, width, height).backend().to_string();
+        // Each key whole, or cut with its mark between its start and its end.
+        for key in [fixture::PAYOUT_KEY, "refund-2026-12-08-customer-000123"] {
+            let (start, end) = (&key[..4], &key[key.len() - 3..]);
+            let shown = screen.lines().any(|line| {
+                line.contains(key)
+                    || line
+                        .split_whitespace()
+                        .any(|w| w.starts_with(start) && w.contains('…') && w.ends_with(end))
+            });
+            assert!(
+                shown,
+                "{key} cut without a mark at {width}x{height}:\n{screen}"
+            );
+        }
+    }
+    app.handle(Event::Resize(120, 40));
+    let screen = render(&app, 120, 40).backend().to_string();
+    let refund = screen
+        .lines()
+        .find(|line| line.contains("refund-"))
+        .unwrap();
+    assert!(refund.contains("1,000.00 RUB"), "{screen}");
+    check("keys_long_names", &app);
+}
+
+/// The help scrolled to its end: the last words, and how many lines are above.
+#[test]
+fn help_scrolled_to_the_end() {
+    for (width, height) in SIZES {
+        let mut app = live_app(true);
+        app.handle(Event::Resize(width, height));
+        press(&mut app, "?G");
+        check_size("help_end", &app, width, height);
+    }
+}
+
+/// Enter on a conflict opens its key's detail in the keys view, loading, then loaded.
+#[test]
+fn conflict_opens_its_key() {
+    let mut app = live_app(true);
+    press(&mut app, "3j<Enter>");
+    check_size("conflict_opens_key_loading", &app, 120, 40);
+    let mut record = fixture::keys_page().keys[2].clone();
+    record.fact = Some(serde_json::json!({"seq": 131, "type": "WithdrawalRecorded",
+        "at": "2026-11-30T11:58:00.000Z"}));
+    app.handle(data(Data::KeyDetail(Box::new(record))));
+    check("conflict_opens_key", &app);
+}

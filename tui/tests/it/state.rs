@@ -28,12 +28,22 @@ fn views_switch_by_number_and_tab() {
 
 #[test]
 fn quit_keys() {
-    for keys in ["q", "<Esc>", "<C-c>", "?q", "/abc<C-c>"] {
+    for keys in ["q", "<C-c>", "?q", "/abc<C-c>", "2<Enter><C-c>"] {
         let mut app = live_app(true);
         press(&mut app, keys);
         assert!(app.quit, "{keys} should quit");
     }
-    for keys in ["/q", "?<Esc>", "2<Enter><Esc>", "/x<Esc>"] {
+    // Esc goes back and never out, however often it is pressed, from any view.
+    for keys in [
+        "/q",
+        "<Esc>",
+        "<Esc><Esc><Esc>",
+        "?<Esc><Esc>",
+        "2<Enter><Esc><Esc>",
+        "/x<Esc><Esc>",
+        "3<Enter><Esc><Esc>",
+        "45<Esc>",
+    ] {
         let mut app = live_app(true);
         press(&mut app, keys);
         assert!(!app.quit, "{keys} should not quit");
@@ -133,9 +143,94 @@ fn help_closes_on_any_key_without_acting() {
     let mut app = live_app(true);
     press(&mut app, "2?");
     assert!(app.help);
-    press(&mut app, "j");
+    press(&mut app, "x");
     assert!(!app.help);
+    press(&mut app, "?<Esc>");
+    assert!(!app.help && !app.quit);
     assert_eq!(app.selected[View::Keys.index()], 0);
+    assert_eq!(app.view, View::Keys);
+}
+
+/// The help scrolls with the keys that move elsewhere, within what it has, and opens at
+/// its top again.
+#[test]
+fn help_scrolls_within_its_lines() {
+    let mut app = live_app(true);
+    app.handle(Event::Resize(40, 12));
+    let max = ledger_tui::view::help_scroll_max(40, 12);
+    assert!(max > 0, "at 40x12 the help has more lines than rows");
+    press(&mut app, "?jjj");
+    assert!(app.help);
+    assert_eq!(app.help_scroll, 3);
+    press(&mut app, "k<End>");
+    assert_eq!(app.help_scroll, max);
+    press(&mut app, "j<PgDn>");
+    assert_eq!(app.help_scroll, max, "not past its last line");
+    press(&mut app, "<Home>");
+    assert_eq!(app.help_scroll, 0);
+    press(&mut app, "G<Esc>?");
+    assert_eq!(app.help_scroll, 0);
+    // Nothing moved underneath.
+    assert_eq!(app.selected[View::Overview.index()], 0);
+}
+
+/// Ctrl-U empties the filter being typed, and clears an applied one; other Ctrl chords
+/// are not typed into the filter and do not act as their letter.
+#[test]
+fn ctrl_u_clears_the_filter() {
+    let mut app = live_app(true);
+    press(&mut app, "3/shop<C-u>ord<C-j>");
+    assert_eq!(app.input.as_deref(), Some("ord"));
+    press(&mut app, "<C-u><Enter>");
+    assert_eq!(app.filter(View::Conflicts), "");
+    press(&mut app, "/shop<Enter>");
+    assert_eq!(app.row_count(View::Conflicts), 2);
+    press(&mut app, "<C-u>");
+    assert_eq!(app.filter(View::Conflicts), "");
+    assert_eq!(app.row_count(View::Conflicts), 4);
+    assert_eq!(app.input, None);
+    // Ctrl-J is not `j`.
+    press(&mut app, "<C-j>");
+    assert_eq!(app.selected[View::Conflicts.index()], 0);
+    press(&mut app, "j");
+    assert_eq!(app.selected[View::Conflicts.index()], 1);
+}
+
+/// Enter on a conflict opens its key in the keys view, asked of the worker by name even
+/// when the keys page does not hold it; Esc goes back to the conflicts.
+#[test]
+fn enter_on_a_conflict_opens_its_key() {
+    let mut app = live_app(true);
+    // The second conflict is shop/ord-2's, which this page does not hold: the detail is
+    // asked of the worker by its name.
+    let query = app.key_query();
+    let mut page = fixture::keys_page();
+    page.keys.retain(|k| k.key.as_str() != "ord-2");
+    app.handle(data(Data::Keys { query, page }));
+    press(&mut app, "3j");
+    press(&mut app, "<Enter>");
+    assert_eq!(app.view, View::Keys);
+    assert!(app.detail_open);
+    assert_eq!(app.wants().detail, Some(("shop".into(), "ord-2".into())));
+    assert_eq!(app.back, Some(View::Conflicts));
+    assert!(app.opened_record().is_none(), "not loaded yet");
+    let mut record = fixture::keys_page().keys[2].clone();
+    record.fact = Some(serde_json::json!({"seq": 131, "type": "WithdrawalRecorded"}));
+    app.handle(data(Data::KeyDetail(Box::new(record))));
+    assert_eq!(app.opened_record().map(|r| r.key.as_str()), Some("ord-2"));
+    press(&mut app, "<Esc>");
+    assert_eq!(app.view, View::Conflicts);
+    assert!(!app.detail_open && !app.quit);
+    assert_eq!(app.wants().detail, None);
+    assert_eq!(app.selected[View::Conflicts.index()], 1);
+    // Moving in the keys leaves the opened key: the detail follows the selection, and
+    // Esc then only closes it.
+    press(&mut app, "<Enter>j");
+    assert_eq!(app.opened, None);
+    assert_eq!(app.wants().detail, Some(("shop".into(), "ord-8831".into())));
+    press(&mut app, "<Esc>");
+    assert_eq!(app.view, View::Keys);
+    assert!(!app.detail_open);
 }
 
 #[test]
@@ -209,18 +304,43 @@ fn sort_cycles_balances() {
         app.visible_accounts()
             .0
             .iter()
-            .map(|a| a.account.to_string())
+            .map(|a| format!("{} {}", a.account, a.balance))
             .collect()
     };
     assert_eq!(
         names(&app),
-        ["alice", "bob", "carol", "dave", "mallory]0;pwned"]
+        [
+            "alice 700",
+            "bob 12000",
+            "carol 5000",
+            "dave 0",
+            "mallory]0;pwned 300"
+        ]
     );
+    // By balance within each currency: minor units of RUB and USD are not compared.
     press(&mut app, "ss");
     assert_eq!(app.sorts.balances, BalanceSort::BalanceHighFirst);
     assert_eq!(
         names(&app),
-        ["bob", "carol", "alice", "mallory]0;pwned", "dave"]
+        [
+            "bob 12000",
+            "alice 700",
+            "mallory]0;pwned 300",
+            "carol 5000",
+            "dave 0"
+        ]
+    );
+    press(&mut app, "s");
+    assert_eq!(app.sorts.balances, BalanceSort::BalanceLowFirst);
+    assert_eq!(
+        names(&app),
+        [
+            "mallory]0;pwned 300",
+            "alice 700",
+            "bob 12000",
+            "dave 0",
+            "carol 5000"
+        ]
     );
     // System accounts stay apart whatever the sort.
     assert!(app.visible_accounts().1.iter().all(|a| a.is_system()));

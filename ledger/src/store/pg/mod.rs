@@ -68,11 +68,11 @@ use crate::fact::{self, Fact, FactBody, Outcome};
 use crate::memory::{self, Limit, MemoryUse};
 use crate::projection::{self, Balances, Observed, Stats};
 use crate::store::verify::{Report, VerifyReport};
+use crate::store::{AsOf, BalanceAt, KeyQuery, Rules, Store};
 use crate::store::{
     CommitMetrics, KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyStatus, LATENCY_BUCKETS_US, LedgerError,
     OpenReport, Quarantined, Submission, message_fingerprint,
 };
-use crate::store::{KeyQuery, Rules, Store};
 
 mod command;
 mod copy;
@@ -303,6 +303,10 @@ struct Inner {
     replayed: AtomicU64,
     conflicts_in_flight: AtomicU64,
     conflicts_reused: AtomicU64,
+    /// What of the three counts above is in the `counters` table already. Held while a
+    /// flush writes and while a read adds the table to the unflushed rest, so that a read
+    /// never counts a flush twice or not at all (a Prometheus counter must not go down).
+    observed_flushed: tokio::sync::Mutex<Observed>,
     metrics: Mutex<CommitMetrics>,
 }
 
@@ -453,6 +457,43 @@ fn counter_name(body: &FactBody) -> String {
 }
 
 const COUNTER_EXPIRED: &str = "expired";
+/// The counters of what happened without a fact (`Observed`): replays and conflicts write
+/// nothing, so each worker adds its counts here in a transaction of their own, at most
+/// [`OBSERVED_FLUSH_EVERY`] after they happened and at its clean stop. A crash loses at
+/// most that last interval of them; they are observations, not money.
+const COUNTER_REPLAYED: &str = "observed.replayed";
+const COUNTER_IN_FLIGHT: &str = "observed.conflicts_in_flight";
+const COUNTER_REUSED: &str = "observed.conflicts_reused";
+const OBSERVED_FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// Flushes the observed counts every [`OBSERVED_FLUSH_EVERY`] while the store lives and is
+/// open. Holds the store only for a flush, so a dropped store ends it.
+async fn flush_observed_every(store: std::sync::Weak<Inner>) {
+    loop {
+        tokio::time::sleep(OBSERVED_FLUSH_EVERY).await;
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        if inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let store = PgStore { inner };
+        // A failed flush keeps the counts in memory for the next turn: nothing is lost but
+        // to a crash before a flush succeeds. Not reported: the store's own commands fail
+        // and say so while PostgreSQL is unreachable.
+        let _ = store.flush_observed().await;
+    }
+}
+
+/// The observed counts the `counters` table holds (every worker's flushes).
+fn observed_from_counters(counts: &HashMap<String, i64>) -> Observed {
+    let n = |name: &str| u64::try_from(counts.get(name).copied().unwrap_or(0)).unwrap_or(0);
+    Observed {
+        replayed: n(COUNTER_REPLAYED),
+        conflicts_in_flight: n(COUNTER_IN_FLIGHT),
+        conflicts_reused: n(COUNTER_REUSED),
+    }
+}
 
 /// Counts per name (summed over shards) as [`Stats`] holds them.
 fn stats_from_counters(counts: &HashMap<String, i64>) -> Stats {
@@ -579,10 +620,12 @@ impl PgStore {
                 replayed: AtomicU64::new(0),
                 conflicts_in_flight: AtomicU64::new(0),
                 conflicts_reused: AtomicU64::new(0),
+                observed_flushed: tokio::sync::Mutex::new(Observed::default()),
                 metrics: Mutex::new(CommitMetrics::default()),
                 rules,
             }),
         };
+        tokio::spawn(flush_observed_every(Arc::downgrade(&store.inner)));
         let fresh = store.migrate().await?;
         let mut report = store.check_on_open(fresh).await?;
         report.open_ms = started.elapsed().as_millis();
@@ -908,7 +951,44 @@ impl PgStore {
 
     // ---- reads -----------------------------------------------------------------------
 
+    /// Adds the observed counts not yet in the `counters` table to it, in one transaction.
+    async fn flush_observed(&self) -> Result<()> {
+        let mut flushed = self.inner.observed_flushed.lock().await;
+        let now = self.observed();
+        let deltas = [
+            (COUNTER_REPLAYED, now.replayed - flushed.replayed),
+            (
+                COUNTER_IN_FLIGHT,
+                now.conflicts_in_flight - flushed.conflicts_in_flight,
+            ),
+            (
+                COUNTER_REUSED,
+                now.conflicts_reused - flushed.conflicts_reused,
+            ),
+        ];
+        if deltas.iter().all(|(_, d)| *d == 0) {
+            return Ok(());
+        }
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let mut conn = self.conn().await?;
+        let tx = conn.transaction().await.map_err(pg)?;
+        let shard = self.next_shard();
+        for (name, delta) in deltas {
+            if delta > 0 {
+                let n = i64::try_from(delta).unwrap_or(i64::MAX);
+                tx.execute(SQL_COUNT, &[&name, &shard, &n])
+                    .await
+                    .map_err(pg)?;
+            }
+        }
+        tx.commit().await.map_err(pg)?;
+        *flushed = now;
+        Ok(())
+    }
+
     async fn stats_now(&self, conn: &deadpool_postgres::Object) -> Result<Stats> {
+        // Under the flush's lock: the table and what is still unflushed are read as one.
+        let flushed = self.inner.observed_flushed.lock().await;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
         let (counts, last) = tokio::join!(
             conn.query(
@@ -928,7 +1008,15 @@ impl PgStore {
             stats.last_seq = u64::try_from(seq).unwrap_or(0);
             stats.last_at = from_db_time(get(&row, 1)?);
         }
-        stats.observed = self.observed();
+        let saved = observed_from_counters(&by_name);
+        let counted = self.observed();
+        stats.observed = Observed {
+            replayed: saved.replayed + (counted.replayed - flushed.replayed),
+            conflicts_in_flight: saved.conflicts_in_flight
+                + (counted.conflicts_in_flight - flushed.conflicts_in_flight),
+            conflicts_reused: saved.conflicts_reused
+                + (counted.conflicts_reused - flushed.conflicts_reused),
+        };
         Ok(stats)
     }
 
@@ -1148,6 +1236,61 @@ impl Store for PgStore {
         self.all_balances().await
     }
 
+    async fn balance_at(&self, account: &Account, point: AsOf) -> Result<Option<BalanceAt>> {
+        if account.is_system() {
+            return Ok(None);
+        }
+        let Some(currency) = self
+            .account(account)
+            .await?
+            .and_then(|per| per.keys().next().copied())
+        else {
+            return Ok(None);
+        };
+        let cut = point
+            .seq
+            .map_or(i64::MAX, |seq| i64::try_from(seq).unwrap_or(i64::MAX));
+        let at = point.time.map(db_time).transpose()?;
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        // The account's range of `facts_by_account` (v7.sql), read backwards from the cut:
+        // one row for a seq; for a time, the account's movements after it are passed over,
+        // never the rest of the log.
+        let stmt = conn
+            .prepare_cached(
+                "SELECT seq, body FROM facts \
+                 WHERE (doc ->> 'account') = $1 AND kind <> 'CommandRejected' AND seq <= $2 \
+                 AND ($3::timestamptz IS NULL OR at <= $3) \
+                 ORDER BY seq DESC LIMIT 1",
+            )
+            .await
+            .map_err(pg)?;
+        let row = conn
+            .query_opt(&stmt, &[&account.as_str(), &cut, &at])
+            .await
+            .map_err(pg)?;
+        let Some(row) = row else {
+            return Ok(Some(BalanceAt {
+                currency,
+                balance: 0,
+                movement: None,
+            }));
+        };
+        let fact = self.decode(get(&row, 0)?, get(&row, 1)?)?;
+        let Some(line) = crate::projection::statement_line(&fact).filter(|l| l.account == account)
+        else {
+            return Err(self.corrupt(format!(
+                "seq {} is filed in {account}'s statement but is not its movement",
+                fact.seq
+            )));
+        };
+        Ok(Some(BalanceAt {
+            currency,
+            balance: line.balance_after,
+            movement: Some(fact.seq),
+        }))
+    }
+
     async fn account(&self, account: &Account) -> Result<Option<BTreeMap<Currency, i128>>> {
         let conn = self.conn().await?;
         let sql = if account.is_system() {
@@ -1269,6 +1412,9 @@ impl Store for PgStore {
             }
             idle.await;
         }
+        // Nothing more is counted: the last counts are saved before the pool closes (a
+        // PostgreSQL that is unreachable now loses them, as a crash would).
+        let _ = self.flush_observed().await;
         inner.pool.close();
     }
 }

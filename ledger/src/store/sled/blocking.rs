@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::domain::{Account, ClientId, Command, Currency, Key, MessageId};
+use crate::domain::{Account, ClientId, Command, Currency, Key, MessageId, Timestamp};
 use crate::fact::Fact;
 use crate::projection::{Balances, Stats};
 use crate::store::verify::VerifyReport;
-use crate::store::{Quarantined, Store, Submission};
+use crate::store::{AsOf, BalanceAt, Quarantined, Store, Submission};
 
 use super::records::{P_QUARANTINE, decode, io_err, quarantine_key};
 use super::{Attempt, Caller, Request, Result, SledStore, verify, wait_for};
@@ -182,6 +182,59 @@ impl Blocking<'_> {
     pub fn statement(&self, account: &Account, after: u64, limit: usize) -> Result<Vec<Fact>> {
         let durable = self.store.durable_seq();
         super::statements::read(&self.store.shared, account, after, durable, limit)
+    }
+
+    /// A user account's balance at a point of the log: [`crate::Store::balance_at`].
+    pub fn balance_at(&self, account: &Account, point: AsOf) -> Result<Option<BalanceAt>> {
+        if account.is_system() {
+            return Ok(None);
+        }
+        let Some(currency) = self
+            .account(account)
+            .and_then(|per| per.keys().next().copied())
+        else {
+            return Ok(None);
+        };
+        let durable = self.store.durable_seq();
+        let mut cut = point.seq.unwrap_or(u64::MAX).min(durable);
+        if let Some(at) = point.time {
+            cut = self.last_seq_at(at, cut)?;
+        }
+        let last = super::statements::last_at(&self.store.shared, account, cut)?;
+        Ok(Some(match last {
+            None => BalanceAt {
+                currency,
+                balance: 0,
+                movement: None,
+            },
+            Some(fact) => BalanceAt {
+                currency,
+                balance: crate::projection::statement_line(&fact).map_or(0, |l| l.balance_after),
+                movement: Some(fact.seq),
+            },
+        }))
+    }
+
+    /// The last seq, at most `durable`, whose fact was recorded at or before `at`: facts
+    /// are numbered without gaps and their times never go back (the committer keeps them
+    /// in order), so a bisection reads about log2(durable) facts.
+    fn last_seq_at(&self, at: Timestamp, durable: u64) -> Result<u64> {
+        let (mut low, mut high) = (0u64, durable);
+        while low < high {
+            let mid = low + (high - low).div_ceil(2);
+            let fact = self.fact(mid)?.ok_or_else(|| {
+                self.store.shared.corrupt(crate::fact::DecodeError::new(
+                    "fact",
+                    format!("seq {mid} is missing"),
+                ))
+            })?;
+            if fact.at <= at {
+                low = mid;
+            } else {
+                high = mid - 1;
+            }
+        }
+        Ok(low)
     }
 
     /// Balances of one account, per currency (system accounts may hold several).

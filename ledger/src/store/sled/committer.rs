@@ -549,6 +549,13 @@ impl Committer {
                 me.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
             }
         }
+        // Replays and conflicts write nothing: their counts ride with the next group. At a
+        // clean stop the ones counted since the last group get a group of their own (the
+        // stats record alone), so that a restart finds them.
+        if me.shared.observed() != me.stats.observed {
+            let (tx, _) = crossbeam_channel::bounded(1);
+            staged.answers.push(Pending::Barrier(tx));
+        }
         me.seal(std::mem::take(&mut staged), &mut stats, &to_syncer);
         me.stop_syncer(to_syncer, syncer);
     }

@@ -32,8 +32,8 @@ use crate::memory::{self, Limit, MemoryUse, balances_use, use_of};
 use crate::projection::{Balances, Observed, Stats};
 use crate::store::verify::VerifyReport;
 use crate::store::{
-    CommitMetrics, KeyInfo, KeyPage, KeyQuery, LedgerError, OpenReport, Quarantined, Rules, Store,
-    Submission,
+    AsOf, BalanceAt, CommitMetrics, KeyInfo, KeyPage, KeyQuery, LedgerError, OpenReport,
+    Quarantined, Rules, Store, Submission,
 };
 
 // ---- crash points --------------------------------------------------------------------
@@ -1258,6 +1258,9 @@ impl Store for SledStore {
     }
     async fn statement(&self, account: &Account, after: u64, limit: usize) -> Result<Vec<Fact>> {
         self.blocking().statement(account, after, limit)
+    }
+    async fn balance_at(&self, account: &Account, point: AsOf) -> Result<Option<BalanceAt>> {
+        self.blocking().balance_at(account, point)
     }
     async fn balances(&self) -> Result<Balances> {
         Ok(self.blocking().balances())

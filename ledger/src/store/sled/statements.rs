@@ -221,18 +221,67 @@ pub(super) fn read(
             if out.len() == limit {
                 return Ok(out);
             }
-            let fact = shared
-                .fact(seq)?
-                .ok_or_else(|| corrupt(format!("{account}'s entry at seq {seq} has no fact")))?;
-            if statement_line(&fact).is_none_or(|line| line.account != account) {
-                return Err(corrupt(format!(
-                    "{account}'s entry at seq {seq} is not a movement of the account"
-                )));
-            }
-            out.push(fact);
+            out.push(movement(shared, account, seq)?);
         }
     }
     Ok(out)
+}
+
+/// The account's last movement with a seq at most `cut` (a durable seq), or `None`
+/// before its first: the run that starts at or below `cut` is the account's last such
+/// run (runs never overlap), in sled or kept aside, so one run is read, whatever the
+/// length of the log or of the account's statement.
+pub(super) fn last_at(shared: &Shared, account: &Account, cut: u64) -> Result<Option<Fact>> {
+    if cut == 0 {
+        return Ok(None);
+    }
+    let corrupt = |detail: String| shared.corrupt(DecodeError::new("statement entry", detail));
+    let prefix = statement_prefix(account);
+    let end = statement_key(account, cut);
+    let kept = shared.deferred_runs(prefix.clone()..=end.clone()).pop();
+    let in_sled = match shared.tree.range(prefix..=end).next_back() {
+        Some(item) => {
+            let (k, v) = item.map_err(io_err)?;
+            Some((k.to_vec(), v))
+        }
+        None => None,
+    };
+    // A run in both is the same run, and the copy kept aside is the newer.
+    let run = match (in_sled, kept) {
+        (None, None) => return Ok(None),
+        (Some(run), None) | (None, Some(run)) => run,
+        (Some(sled), Some(kept)) => {
+            if kept.0 >= sled.0 {
+                kept
+            } else {
+                sled
+            }
+        }
+    };
+    let first = split_statement(&run.0)
+        .map(|(_, seq)| seq)
+        .ok_or_else(|| corrupt("length".into()))?;
+    let seqs =
+        run_seqs(first, &run.1).map_err(|e| corrupt(format!("{account}'s run at {first}: {e}")))?;
+    let Some(seq) = seqs.into_iter().rfind(|s| *s <= cut) else {
+        return Ok(None);
+    };
+    movement(shared, account, seq).map(Some)
+}
+
+/// The fact of `account`'s statement entry at `seq`, which must be a movement of the
+/// account: an entry that points elsewhere is corruption, reported rather than shown.
+fn movement(shared: &Shared, account: &Account, seq: u64) -> Result<Fact> {
+    let corrupt = |detail: String| shared.corrupt(DecodeError::new("statement entry", detail));
+    let fact = shared
+        .fact(seq)?
+        .ok_or_else(|| corrupt(format!("{account}'s entry at seq {seq} has no fact")))?;
+    if statement_line(&fact).is_none_or(|line| line.account != account) {
+        return Err(corrupt(format!(
+            "{account}'s entry at seq {seq} is not a movement of the account"
+        )));
+    }
+    Ok(fact)
 }
 
 #[cfg(test)]
