@@ -711,6 +711,30 @@ pub mod json {
         }
     }
 
+    /// A decoded inbox message in the inbox's JSON form (`message_id`, `key`, `client`,
+    /// `command` with its `type`), its accounts in its tenant's own names: what the
+    /// quarantine keeps of a message the store refuses for its id, which the store sees
+    /// only decoded.
+    pub fn inbox_message(
+        message_id: &crate::domain::MessageId,
+        client: &crate::domain::ClientId,
+        key: &crate::domain::Key,
+        command: &Command,
+    ) -> String {
+        let mut fields = Map::new();
+        command_fields(&command.seen_by(client), &mut fields);
+        // A message names its command by `type`, where a receipt says `command`.
+        fields.remove("command");
+        fields.insert("type".into(), json!(command.name()));
+        json!({
+            "message_id": message_id.as_str(),
+            "key": key.as_str(),
+            "client": client.as_str(),
+            "command": fields,
+        })
+        .to_string()
+    }
+
     /// The command's own fields, as the client sent them.
     pub fn command_fields(command: &Command, map: &mut Map<String, Value>) {
         command_field_list(command, &mut |name, field| {

@@ -534,6 +534,13 @@ async fn the_inbox_replays_a_redelivery_and_quarantines_a_reused_message_id(env:
     assert_eq!(kept.len(), 2);
     assert!(kept.iter().all(|q| q.message_id.as_deref() == Some("m-1")));
     assert!(kept[0].id < kept[1].id);
+    // Each kept whole, as decoded: the refused message, not a summary of it.
+    let message: serde_json::Value = serde_json::from_str(&kept[1].payload).unwrap();
+    assert_eq!(
+        message,
+        serde_json::json!({"message_id": "m-1", "key": "k-1", "client": "default",
+            "command": {"type": "deposit", "account": "alice", "amount": 70, "currency": "RUB"}})
+    );
     // The store keeps what the inbox itself could not parse, too.
     let id = store
         .quarantine(None, "invalid_json".into(), b"{nope\0".to_vec())

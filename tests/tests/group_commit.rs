@@ -69,6 +69,16 @@ fn wait_queued(l: &SledStore, n: usize) {
     }
 }
 
+/// Waits until the committer is idle as a leader finds it: the syncer thread has
+/// finished its turn and parked. (A caller meeting it mid-turn finds it busy.)
+fn wait_idle(l: &SledStore) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !l.committer_idle() {
+        assert!(Instant::now() < deadline, "the committer never went idle");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn commands_that_arrive_while_the_syncer_is_busy_are_written_as_one_group() {
     let scenario = fail::FailScenario::setup();
@@ -136,8 +146,7 @@ fn a_blocking_caller_that_finds_the_committer_idle_writes_its_own_group() {
     let (_dir, l) = ledger_with_alice();
     let client = ClientId::default_client();
 
-    // Let the syncer thread park: a caller meeting it mid-turn finds it busy.
-    std::thread::sleep(Duration::from_millis(20));
+    wait_idle(&l);
 
     // One blocking submitter, one command at a time: each is written by its own thread,
     // never handed to the committer's threads.
@@ -147,6 +156,7 @@ fn a_blocking_caller_that_finds_the_committer_idle_writes_its_own_group() {
             .name("the-caller".into())
             .spawn(move || {
                 for i in 0..5 {
+                    wait_idle(&ledger);
                     let (key, command) = withdrawal(&format!("w-{i}"));
                     let answer = ledger.blocking().submit(&client, &key, command);
                     assert!(matches!(answer, Ok(Submission::Executed(_))), "{answer:?}");
@@ -240,8 +250,7 @@ fn after_a_group_of_several_a_blocking_caller_queues_instead_of_leading() {
     // So the next caller does not lead, though it finds the committer idle: it would
     // write a group of one while the others' next commands queued behind it.
     let one = |key: &'static str| {
-        // Let the syncer thread park: a caller meeting it mid-turn finds it busy.
-        std::thread::sleep(Duration::from_millis(20));
+        wait_idle(&l);
         let ledger = l.clone();
         writers(move || {
             std::thread::Builder::new()
@@ -277,13 +286,16 @@ fn busy(d: Duration) {
 
 #[test]
 fn async_submissions_run_in_one_wake_of_the_runtime_are_written_as_one_group() {
+    // Every test of this file holds the scenario: the crash point's callback in
+    // `writers` is the process's, and would count another test's groups.
+    let scenario = fail::FailScenario::setup();
     let (_dir, l) = ledger_with_alice();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    // Let the syncer thread park: it is free when the first command reaches the decider.
-    std::thread::sleep(Duration::from_millis(20));
+    // The syncer thread is free when the first command reaches the decider.
+    wait_idle(&l);
     let before = l.commit_metrics();
     let answers = runtime.block_on(async {
         // Ten tasks ready at once on the runtime's one thread, each working 2 ms before it
@@ -312,10 +324,12 @@ fn async_submissions_run_in_one_wake_of_the_runtime_are_written_as_one_group() {
     let after = l.commit_metrics();
     assert_eq!(after.batches - before.batches, 1, "{after:?}");
     assert_eq!(after.last_batch_size, 10, "{after:?}");
+    scenario.teardown();
 }
 
 #[test]
 fn a_gathering_whose_first_caller_went_away_is_still_committed() {
+    let scenario = fail::FailScenario::setup();
     let (_dir, l) = ledger_with_alice();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -349,4 +363,5 @@ fn a_gathering_whose_first_caller_went_away_is_still_committed() {
         .account(&Account::parse("alice").unwrap())
         .and_then(|b| b.get(&Currency::parse("RUB").unwrap()).copied());
     assert_eq!(balance, Some(1_000 - 1));
+    scenario.teardown();
 }

@@ -248,6 +248,12 @@ impl Parts {
             .unwrap_or_default()
     }
 
+    /// `self`, then the parts of `more`.
+    pub fn extend(mut self, more: &Parts) -> Parts {
+        self.0.extend(more.0.iter().cloned());
+        self
+    }
+
     /// `minor` units of `currency`, shown in major units (`1,000.00`), fitted as numbers are.
     pub fn money(self, minor: i128, currency: &str) -> Parts {
         self.money_styled(minor, currency, Style::new())

@@ -25,8 +25,8 @@ use crate::fit::{
     fit_with_unit, pack, shortest_money,
 };
 use crate::model::{
-    Account, ConflictKind, FactRow, KeyRecord, KeyStatus, ObservedScope, Quarantined, Snapshot,
-    ThroughputSample, Units,
+    Account, Conflict, ConflictKind, FactRow, KeyRecord, KeyStatus, ObservedScope, Quarantined,
+    Snapshot, ThroughputSample, Units,
 };
 use crate::sanitize::{Clean, sanitize};
 
@@ -793,10 +793,10 @@ fn draw_pending(frame: &mut Frame, area: Rect, snapshot: &Snapshot, theme: Theme
         );
         return;
     }
-    let texts: Vec<[String; 6]> = pending
+    let texts: Vec<Vec<String>> = pending
         .iter()
         .map(|record| {
-            [
+            vec![
                 record.client.to_string(),
                 record.key.to_string(),
                 record.command.to_string(),
@@ -806,24 +806,19 @@ fn draw_pending(frame: &mut Frame, area: Rect, snapshot: &Snapshot, theme: Theme
             ]
         })
         .collect();
-    let need = |i: usize| texts.iter().map(|row| cells(&row[i])).max().unwrap_or(0);
-    let (widths, fitted) = columns(
-        &[
-            Column::label(6, need(0)),
-            Column::label(8, need(1)),
-            Column::label(7, need(2)),
-            Column::label(7, need(3)),
-            number_column(
-                "amount",
-                need(4),
-                amount_cap(texts.iter().map(|t| &t[4])).max(14),
-            ),
-            Column::fixed(7),
-            Column::fixed(14),
-        ],
-        inner.width,
-        1,
-    );
+    let header = ["client", "key", "command", "account", "amount", "age", ""];
+    let (widths, fitted) = fit_table(&header, &texts, inner.width, |i, need| match i {
+        0 => Column::label(6, need),
+        1 => Column::label(8, need),
+        2 | 3 => Column::label(7, need),
+        4 => number_column(
+            "amount",
+            need,
+            amount_cap(texts.iter().map(|t| &t[4])).max(14),
+        ),
+        5 => Column::fixed(7),
+        _ => Column::fixed(14),
+    });
     let rows = pending.iter().zip(&texts).map(|(record, texts)| {
         let (lease, style) = if record.lease_expired {
             ("lease expired!", theme.bad())
@@ -842,12 +837,9 @@ fn draw_pending(frame: &mut Frame, area: Rect, snapshot: &Snapshot, theme: Theme
         ])
         .style(style)
     });
-    let table = Table::new(rows, widths).flex(Flex::Start).header(
-        Row::new(vec![
-            "client", "key", "command", "account", "amount", "age", "",
-        ])
-        .style(theme.header()),
-    );
+    let table = Table::new(rows, widths)
+        .flex(Flex::Start)
+        .header(Row::new(header).style(theme.header()));
     frame.render_widget(table, inner);
 }
 
@@ -978,6 +970,66 @@ fn amount_cap<'a>(amounts: impl Iterator<Item = &'a String>) -> usize {
         .max()
         .unwrap_or(0)
         .max(13)
+}
+
+/// Lays out a table in `width` cells, a cell between two columns, from its `headers` and
+/// its rows' `texts` (each cell's text in full): `spec` says how column `i` is laid out,
+/// given its longest text's cells ([`Column::label`] for a name or a code, a
+/// [`number_column`] for an amount). Every column is as wide as its longest text while
+/// there is room, numbers first, the names sharing the rest ([`columns`]); returns the
+/// constraints and the cells each column gets, which its texts are then fitted to
+/// ([`fit_middle`] for names, [`fit_text`] for codes and prose), so a cut is marked.
+fn fit_table(
+    headers: &[&str],
+    texts: &[Vec<String>],
+    width: u16,
+    spec: impl Fn(usize, usize) -> Column,
+) -> (Vec<Constraint>, Vec<u16>) {
+    let spec: Vec<Column> = (0..headers.len())
+        .map(|i| {
+            let need = texts
+                .iter()
+                .filter_map(|row| row.get(i))
+                .map(|text| cells(text))
+                .max()
+                .unwrap_or(0);
+            spec(i, need)
+        })
+        .collect();
+    columns(&spec, width, 1)
+}
+
+/// The rows a table has under its header in `area`, drawn in a [`panel`] (its borders,
+/// or its title line in the compact layout).
+fn panel_rows(area: Rect, roomy: bool) -> usize {
+    usize::from(area.height.saturating_sub(if roomy { 3 } else { 2 }))
+}
+
+/// The first and last rows a table of `total` rows shows in `shown` rows with `selected`
+/// selected, counted from 1: the table scrolls just far enough to show the selection, as
+/// [`draw_table`]'s does.
+fn rows_shown(total: usize, shown: usize, selected: usize) -> (usize, usize) {
+    let first = selected
+        .min(total.saturating_sub(1))
+        .saturating_sub(shown.saturating_sub(1));
+    (first + 1, (first + shown).min(total))
+}
+
+/// `parts` and which of a table's `total` rows are on screen when they do not all fit its
+/// `shown` rows (`21–40 of 50`); `None` when every row is on screen.
+fn rows_range(parts: Parts, total: usize, shown: usize, selected: usize) -> Option<Parts> {
+    if total <= shown {
+        return None;
+    }
+    let (first, last) = rows_shown(total, shown, selected);
+    Some(
+        parts
+            .num(usize_units(first))
+            .text("–")
+            .num(usize_units(last))
+            .text(" of ")
+            .num(usize_units(total)),
+    )
 }
 
 /// A count of things in memory as a number to fit; no count comes near i128's end.
@@ -1230,7 +1282,8 @@ pub fn format_bytes(bytes: u64) -> String {
 fn clock_time(at: &Clean) -> String {
     match DateTime::parse_from_rfc3339(at.as_str()) {
         Ok(time) => time.format("%H:%M:%S").to_string(),
-        Err(_) => at.as_str().chars().take(8).collect(),
+        // Not a time: as much of it as fits a time's cells, marked when cut.
+        Err(_) => fit_text(at.as_str(), 8),
     }
 }
 

@@ -71,16 +71,6 @@ fn roomy_heights(height: u16, users: usize, system: usize, sums: usize) -> [u16;
     [height.saturating_sub(sums_h + system_h), system_h, sums_h]
 }
 
-/// The first and last rows a table of `total` rows shows in `shown` rows with `selected`
-/// selected, counted from 1: the table scrolls just far enough to show the selection, as
-/// [`draw_table`]'s does.
-fn rows_shown(total: usize, shown: usize, selected: usize) -> (usize, usize) {
-    let first = selected
-        .min(total.saturating_sub(1))
-        .saturating_sub(shown.saturating_sub(1));
-    (first + 1, (first + shown).min(total))
-}
-
 /// `Accounts · 5 · by account`; when they do not all fit, which rows are shown.
 fn accounts_title(app: &App, users: usize, area: Rect, roomy: bool) -> Parts {
     let sort = match app.sorts.balances {
@@ -89,20 +79,10 @@ fn accounts_title(app: &App, users: usize, area: Rect, roomy: bool) -> Parts {
         BalanceSort::BalanceHighFirst => "by balance ↓ within each currency",
         BalanceSort::BalanceLowFirst => "by balance ↑ within each currency",
     };
-    // The panel's borders or title line, and the header.
-    let shown = usize::from(area.height.saturating_sub(if roomy { 3 } else { 2 }));
     let count = Parts::new().text("Accounts · ");
-    let count = if users > shown {
-        let (first, last) = rows_shown(users, shown, app.selected[View::Balances.index()]);
-        count
-            .num(usize_units(first))
-            .text("–")
-            .num(usize_units(last))
-            .text(" of ")
-            .num(usize_units(users))
-    } else {
-        count.num(usize_units(users))
-    };
+    let selected = app.selected[View::Balances.index()];
+    let count = rows_range(count.clone(), users, panel_rows(area, roomy), selected)
+        .unwrap_or_else(|| count.num(usize_units(users)));
     let short = sort.replace(" within each currency", " per currency");
     let width = usize::from(area.width.saturating_sub(if roomy { 4 } else { 0 }));
     Parts::first_fitting(

@@ -98,34 +98,46 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
     let listed = |kind: ConflictKind| {
         usize_units(snapshot.conflicts.iter().filter(|c| c.kind == kind).count())
     };
-    let kinds = Parts::new()
-        .text("listed: ")
+    let conflicts = app.visible_conflicts();
+    // Which rows are on screen, first, when they do not all fit under the header.
+    let range = rows_range(
+        Parts::new(),
+        conflicts.len(),
+        usize::from(inner.height.saturating_sub(1)),
+        app.selected[View::Conflicts.index()],
+    );
+    let counts = Parts::new()
         .num(listed(ConflictKind::InFlight))
         .text(" in flight · ")
         .num(listed(ConflictKind::Reused))
         .text(" reused");
+    let kinds = match &range {
+        Some(range) => range.clone().text(" · listed: "),
+        None => Parts::from("listed: "),
+    }
+    .extend(&counts);
     let since = started.map(|t| format!(" at {t}")).unwrap_or_default();
-    let line = Parts::first_fitting(
-        listed_area.width.into(),
-        vec![
-            kinds.clone().text(format!(
-                ", this worker's answers over HTTP since it started{since}, the newest 50 at most"
-            )),
-            kinds
-                .clone()
-                .text(", this worker's answers over HTTP since it started"),
-            kinds
-                .clone()
-                .text(": answers over HTTP since the worker started"),
-            kinds.clone().text(" since the worker started"),
-            kinds,
-        ],
-    );
+    let mut variants = vec![
+        kinds.clone().text(format!(
+            ", this worker's answers over HTTP since it started{since}, the newest 50 at most"
+        )),
+        kinds
+            .clone()
+            .text(", this worker's answers over HTTP since it started"),
+        kinds
+            .clone()
+            .text(": answers over HTTP since the worker started"),
+        kinds.clone().text(" since the worker started"),
+        kinds,
+    ];
+    if let Some(range) = range {
+        variants.push(range.text(" · ").extend(&counts));
+    }
+    let line = Parts::first_fitting(listed_area.width.into(), variants);
     frame.render_widget(
         Paragraph::new(restyle(line.line(listed_area.width.into()), theme.dim())),
         listed_area,
     );
-    let conflicts = app.visible_conflicts();
     if conflicts.is_empty() {
         frame.render_widget(
             Paragraph::new(Span::styled("none matches the filter", theme.dim())),
@@ -133,59 +145,35 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
         );
         return;
     }
-    let wide = inner.width >= 64;
-    let (header, widths) = if wide {
-        (
-            vec!["time", "kind", "client", "key", "command", "differs"],
-            vec![
-                Constraint::Length(8),
-                Constraint::Length(13),
-                Constraint::Length(10),
-                Constraint::Fill(1),
-                Constraint::Length(8),
-                Constraint::Fill(1),
-            ],
-        )
-    } else {
-        (
-            vec!["time", "kind", "key", "differs"],
-            vec![
-                Constraint::Length(8),
-                Constraint::Length(4),
-                Constraint::Fill(1),
-                Constraint::Fill(1),
-            ],
-        )
-    };
-    let rows = conflicts.iter().map(|conflict| {
-        let (kind, style) = match conflict.kind {
-            ConflictKind::InFlight => ("409 in flight", theme.warn()),
-            ConflictKind::Reused => ("422 reused", theme.bad()),
-            ConflictKind::Unknown => ("?", Style::new()),
+    let layout = conflict_columns(inner.width);
+    let texts: Vec<Vec<String>> = conflicts
+        .iter()
+        .map(|conflict| layout.iter().map(|(col, _)| col.text(conflict)).collect())
+        .collect();
+    let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
+    let (widths, fitted) = fit_table(&header, &texts, table_width(inner.width), |i, need| {
+        layout[i].0.column(layout[i].1, need)
+    });
+    let rows = conflicts.iter().zip(&texts).map(|(conflict, texts)| {
+        let style = match conflict.kind {
+            ConflictKind::InFlight => theme.warn(),
+            ConflictKind::Reused => theme.bad(),
+            ConflictKind::Unknown => Style::new(),
         };
-        let differs = if conflict.differs.is_empty() {
-            "-".to_string()
-        } else {
-            join_clean(&conflict.differs, ",")
-        };
-        let time = clock_time(&conflict.at);
-        let cells: Vec<Cell> = if wide {
-            vec![
-                Cell::from(time),
-                Cell::from(Span::styled(kind, style)),
-                Cell::from(conflict.client.to_string()),
-                Cell::from(conflict.key.to_string()),
-                Cell::from(conflict.command.to_string()),
-                Cell::from(differs),
-            ]
-        } else {
-            vec![
-                Cell::from(time),
-                Cell::from(Span::styled(&kind[..3], style)),
-                Cell::from(conflict.key.to_string()),
-                Cell::from(differs),
-            ]
-        };
+        let cells: Vec<Cell> = layout
+            .iter()
+            .zip(&fitted)
+            .zip(texts)
+            .map(|(((col, _), width), text)| {
+                let text = col.fit(text, usize::from(*width));
+                match col {
+                    ConflictCol::Kind | ConflictCol::KindShort => {
+                        Cell::from(Span::styled(text, style))
+                    }
+                    _ => Cell::from(text),
+                }
+            })
+            .collect();
         Row::new(cells)
     });
     draw_table(
@@ -199,6 +187,98 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
     );
 }
 
+/// A column of the conflicts table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConflictCol {
+    Time,
+    /// `409 in flight`, `422 reused`.
+    Kind,
+    /// `409`, `422`: for narrow tables.
+    KindShort,
+    Client,
+    Key,
+    Command,
+    /// The fields of the command that differ from the key's first, comma-separated.
+    Differs,
+}
+
+/// The conflicts table's columns for a table `width` cells wide, with their headers;
+/// narrow tables drop the client and the command.
+fn conflict_columns(width: u16) -> Vec<(ConflictCol, &'static str)> {
+    if width >= 64 {
+        vec![
+            (ConflictCol::Time, "time"),
+            (ConflictCol::Kind, "kind"),
+            (ConflictCol::Client, "client"),
+            (ConflictCol::Key, "key"),
+            (ConflictCol::Command, "command"),
+            (ConflictCol::Differs, "differs"),
+        ]
+    } else {
+        vec![
+            (ConflictCol::Time, "time"),
+            (ConflictCol::KindShort, "kind"),
+            (ConflictCol::Key, "key"),
+            (ConflictCol::Differs, "differs"),
+        ]
+    }
+}
+
+impl ConflictCol {
+    /// How the column is laid out, given its longest value's cells: the time and the
+    /// kind as wide as they always are, the names and words as wide as their longest
+    /// value while there is room, sharing it when there is not.
+    fn column(self, header: &str, need: usize) -> Column {
+        let header = u16::try_from(cells(header)).unwrap_or(u16::MAX);
+        match self {
+            ConflictCol::Time => Column::fixed(8),
+            ConflictCol::Kind => Column::fixed(13),
+            ConflictCol::KindShort => Column::fixed(4),
+            ConflictCol::Key => Column::label(8, need),
+            ConflictCol::Client | ConflictCol::Command | ConflictCol::Differs => {
+                Column::label(header, need)
+            }
+        }
+    }
+
+    fn text(self, conflict: &Conflict) -> String {
+        match self {
+            ConflictCol::Time => clock_time(&conflict.at),
+            ConflictCol::Kind | ConflictCol::KindShort => {
+                let (long, short) = match conflict.kind {
+                    ConflictKind::InFlight => ("409 in flight", "409"),
+                    ConflictKind::Reused => ("422 reused", "422"),
+                    ConflictKind::Unknown => ("?", "?"),
+                };
+                if self == ConflictCol::Kind {
+                    long
+                } else {
+                    short
+                }
+                .to_string()
+            }
+            ConflictCol::Client => conflict.client.to_string(),
+            ConflictCol::Key => conflict.key.to_string(),
+            ConflictCol::Command => conflict.command.to_string(),
+            ConflictCol::Differs if conflict.differs.is_empty() => "-".to_string(),
+            ConflictCol::Differs => join_clean(&conflict.differs, ","),
+        }
+    }
+
+    /// `text` in `width` cells: a name cut in its middle, words at their end, with a `…`
+    /// either way.
+    fn fit(self, text: &str, width: usize) -> String {
+        match self {
+            ConflictCol::Client | ConflictCol::Key => fit_middle(text, width),
+            ConflictCol::Time
+            | ConflictCol::Kind
+            | ConflictCol::KindShort
+            | ConflictCol::Command
+            | ConflictCol::Differs => fit_text(text, width),
+        }
+    }
+}
+
 /// The newest messages the inbox kept instead of applying, newest first, below the
 /// conflicts; `roomy` is the whole view's.
 fn draw_quarantine(
@@ -208,64 +288,118 @@ fn draw_quarantine(
     quarantined: &[Quarantined],
     theme: Theme,
 ) {
-    let title = Parts::new()
-        .text("Quarantined by the inbox · newest ")
-        .num(usize_units(quarantined.len()));
+    // The panel is at most half the view: when not every message fits, the title says
+    // which are shown. The table does not scroll.
+    let title = Parts::from("Quarantined by the inbox · newest ");
+    let range = rows_range(
+        title.clone().text("first · "),
+        quarantined.len(),
+        panel_rows(area, roomy),
+        0,
+    );
+    let title = range.unwrap_or_else(|| title.num(usize_units(quarantined.len())));
     let inner = panel(frame, area, title, roomy, theme);
-    let wide = inner.width >= 64;
-    let (header, widths) = if wide {
-        (
-            vec!["time", "message", "reason", "payload"],
-            vec![
-                Constraint::Length(8),
-                Constraint::Length(12),
-                Constraint::Length(22),
-                Constraint::Fill(1),
-            ],
-        )
-    } else {
-        (
-            vec!["time", "reason", "payload"],
-            vec![
-                Constraint::Length(8),
-                Constraint::Length(12),
-                Constraint::Fill(1),
-            ],
-        )
-    };
-    let rows = quarantined.iter().map(|q| {
-        // The reason starts with its code ("message_id_reused: …"); the rest is prose.
-        let code = q
-            .reason
-            .as_str()
-            .split(':')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let time = clock_time(&q.at);
-        let payload = q.payload.to_string();
-        let cells: Vec<Cell> = if wide {
-            let message = q
-                .message_id
-                .as_ref()
-                .map_or_else(|| "-".to_string(), ToString::to_string);
-            vec![
-                Cell::from(time),
-                Cell::from(message),
-                Cell::from(Span::styled(code, theme.bad())),
-                Cell::from(payload),
-            ]
-        } else {
-            vec![
-                Cell::from(time),
-                Cell::from(Span::styled(code, theme.bad())),
-                Cell::from(payload),
-            ]
-        };
+    let layout = quarantine_columns(inner.width);
+    let texts: Vec<Vec<String>> = quarantined
+        .iter()
+        .map(|q| layout.iter().map(|(col, _)| col.text(q)).collect())
+        .collect();
+    let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
+    // Nothing is selected here: the table has the whole width.
+    let (widths, fitted) = fit_table(&header, &texts, inner.width, |i, need| {
+        layout[i].0.column(layout[i].1, need)
+    });
+    let rows = texts.iter().map(|texts| {
+        let cells: Vec<Cell> = layout
+            .iter()
+            .zip(&fitted)
+            .zip(texts)
+            .map(|(((col, _), width), text)| {
+                let text = col.fit(text, usize::from(*width));
+                match col {
+                    QuarantineCol::Reason => Cell::from(Span::styled(text, theme.bad())),
+                    _ => Cell::from(text),
+                }
+            })
+            .collect();
         Row::new(cells)
     });
     let table = Table::new(rows, widths)
         .header(Row::new(header).style(theme.header()))
         .flex(Flex::Start);
     frame.render_widget(table, inner);
+}
+
+/// A column of the quarantine table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QuarantineCol {
+    Time,
+    /// The message's id, `-` when the message could not be read.
+    Message,
+    /// The reason's code: the reason starts with it (`message_id_reused: …`), and the
+    /// rest is prose.
+    Reason,
+    /// The message as the inbox received it.
+    Payload,
+}
+
+/// The quarantine table's columns for a table `width` cells wide, with their headers;
+/// narrow tables drop the message id.
+fn quarantine_columns(width: u16) -> Vec<(QuarantineCol, &'static str)> {
+    if width >= 64 {
+        vec![
+            (QuarantineCol::Time, "time"),
+            (QuarantineCol::Message, "message"),
+            (QuarantineCol::Reason, "reason"),
+            (QuarantineCol::Payload, "payload"),
+        ]
+    } else {
+        vec![
+            (QuarantineCol::Time, "time"),
+            (QuarantineCol::Reason, "reason"),
+            (QuarantineCol::Payload, "payload"),
+        ]
+    }
+}
+
+impl QuarantineCol {
+    /// How the column is laid out, given its longest value's cells: as wide as that while
+    /// there is room, the payload keeping the most cells when there is not.
+    fn column(self, header: &str, need: usize) -> Column {
+        let header = u16::try_from(cells(header)).unwrap_or(u16::MAX);
+        match self {
+            QuarantineCol::Time => Column::fixed(8),
+            QuarantineCol::Message | QuarantineCol::Reason => Column::label(header, need),
+            QuarantineCol::Payload => Column::label(header.max(12), need),
+        }
+    }
+
+    fn text(self, q: &Quarantined) -> String {
+        match self {
+            QuarantineCol::Time => clock_time(&q.at),
+            QuarantineCol::Message => q
+                .message_id
+                .as_ref()
+                .map_or_else(|| "-".to_string(), ToString::to_string),
+            QuarantineCol::Reason => q
+                .reason
+                .as_str()
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+            QuarantineCol::Payload => q.payload.to_string(),
+        }
+    }
+
+    /// `text` in `width` cells: the message id cut in its middle, the reason's code and
+    /// the payload at their end, with a `…` either way.
+    fn fit(self, text: &str, width: usize) -> String {
+        match self {
+            QuarantineCol::Message => fit_middle(text, width),
+            QuarantineCol::Time | QuarantineCol::Reason | QuarantineCol::Payload => {
+                fit_text(text, width)
+            }
+        }
+    }
 }

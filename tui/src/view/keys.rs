@@ -21,6 +21,7 @@ pub(super) fn draw_keys(frame: &mut Frame, area: Rect, app: &App, theme: Theme) 
         app,
         &keys,
         layout.iter().any(|(c, _)| *c == KeyCol::Replays),
+        panel_rows(table_area, roomy),
         roomy,
     );
     let title_width = if roomy {
@@ -131,20 +132,16 @@ fn draw_key_table(
                 .collect()
         })
         .collect();
-    let spec: Vec<Column> = layout
-        .iter()
-        .enumerate()
-        .map(|(i, (col, header))| {
-            let need = texts.iter().map(|row| cells(&row[i])).max().unwrap_or(0);
-            match col {
-                KeyCol::Amount => {
-                    number_column(header, need, amount_cap(texts.iter().map(|row| &row[i])))
-                }
-                _ => col.column(cells(header), need),
+    let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
+    let (widths, fitted) = fit_table(&header, &texts, table_width(inner.width), |i, need| {
+        let (col, header) = layout[i];
+        match col {
+            KeyCol::Amount => {
+                number_column(header, need, amount_cap(texts.iter().map(|row| &row[i])))
             }
-        })
-        .collect();
-    let (widths, fitted) = columns(&spec, table_width(inner.width), 1);
+            _ => col.column(cells(header), need),
+        }
+    });
     let rows = keys.iter().zip(&texts).map(|(record, texts)| {
         let style = if record.lease_expired {
             theme.bad()
@@ -190,7 +187,6 @@ fn draw_key_table(
             .collect();
         Row::new(cells).style(style)
     });
-    let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
     draw_table(
         frame,
         inner,
@@ -291,14 +287,23 @@ fn key_columns(width: u16) -> Vec<(KeyCol, &'static str)> {
     }
 }
 
-/// The keys panel's title, longest first: what is shown, the order, where the counts
+/// The keys panel's title, longest first: which rows of the page are on screen (all of
+/// them, or `1–18 of 200` when they do not fit its `rows`), the order, where the counts
 /// begin (when they are shown), and an expired lease, which stays while anything does.
-fn keys_title(app: &App, keys: &[&KeyRecord], counts_shown: bool, roomy: bool) -> Vec<Parts> {
+fn keys_title(
+    app: &App,
+    keys: &[&KeyRecord],
+    counts_shown: bool,
+    rows: usize,
+    roomy: bool,
+) -> Vec<Parts> {
     // Compact layouts drop the name: the tab bar already says it.
     let mut shown = Parts::new().text(if roomy { "Keys · " } else { "" });
     let mut more = Parts::new();
     if let Some(page) = app.shown().keys.as_ref() {
-        shown = shown.num(usize_units(keys.len())).text(" shown");
+        let selected = app.selected[View::Keys.index()];
+        shown = rows_range(shown.clone(), keys.len(), rows, selected)
+            .unwrap_or_else(|| shown.num(usize_units(keys.len())).text(" shown"));
         if page.next.is_some() {
             more = more.text(", more: ]");
         }
@@ -324,7 +329,7 @@ fn keys_title(app: &App, keys: &[&KeyRecord], counts_shown: bool, roomy: bool) -
     let join = |parts: &[&Parts], texts: &[&str]| {
         let mut line = Parts::new();
         for part in parts {
-            line.0.extend(part.0.iter().cloned());
+            line = line.extend(part);
         }
         for text in texts {
             line = line.text(*text);

@@ -10,13 +10,29 @@ pub(super) fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     } else {
         "scrolled, End follows"
     };
+    // How many facts there are, or which are on screen when they do not all fit; on a
+    // narrow terminal the words go before the numbers do.
+    let selected = app.selected[View::Log.index()];
+    let range = rows_range(Parts::new(), facts.len(), panel_rows(area, roomy), selected);
+    let mode = format!(" · {mode}");
+    let name = Parts::from("Log · ");
+    let title = match range {
+        Some(range) => vec![
+            name.clone().extend(&range).text(" facts").text(&mode),
+            name.clone().extend(&range).text(&mode),
+            range.clone().text(&mode),
+            name.extend(&range),
+        ],
+        None => {
+            let count = name.count(usize_units(facts.len()), "fact", "facts");
+            vec![count.clone().text(mode), count]
+        }
+    };
+    let title_width = usize::from(area.width.saturating_sub(if roomy { 4 } else { 0 }));
     let inner = panel(
         frame,
         area,
-        Parts::new()
-            .text("Log · ")
-            .count(usize_units(facts.len()), "fact", "facts")
-            .text(format!(" · {mode}")),
+        Parts::first_fitting(title_width, title),
         roomy,
         theme,
     );
@@ -46,20 +62,16 @@ pub(super) fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 .collect()
         })
         .collect();
-    let spec: Vec<Column> = layout
-        .iter()
-        .enumerate()
-        .map(|(i, (col, header))| {
-            let need = texts.iter().map(|row| cells(&row[i])).max().unwrap_or(0);
-            match col {
-                LogCol::Amount => {
-                    number_column(header, need, amount_cap(texts.iter().map(|row| &row[i])))
-                }
-                _ => col.column(header, need),
+    let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
+    let (widths, fitted) = fit_table(&header, &texts, table_width(inner.width), |i, need| {
+        let (col, header) = layout[i];
+        match col {
+            LogCol::Amount => {
+                number_column(header, need, amount_cap(texts.iter().map(|row| &row[i])))
             }
-        })
-        .collect();
-    let (widths, fitted) = columns(&spec, table_width(inner.width), 1);
+            _ => col.column(header, need),
+        }
+    });
     let rows = facts
         .iter()
         .zip(&currencies)
@@ -78,7 +90,6 @@ pub(super) fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
                 .collect();
             Row::new(cells).style(style)
         });
-    let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
     draw_table(
         frame,
         inner,

@@ -482,3 +482,108 @@ pub fn long_name_keys() -> KeysPage {
     }))
     .unwrap()
 }
+
+/// A client name at its longest: 64 bytes.
+pub fn longest_client() -> String {
+    format!(
+        "tenant-{}-eu",
+        "c".repeat(64 - "tenant-".len() - "-eu".len())
+    )
+}
+
+/// An idempotency key at its longest: 255 bytes of visible ASCII.
+pub fn longest_key() -> String {
+    format!(
+        "payout-2026-12-07-{}-000123",
+        "k".repeat(255 - "payout-2026-12-07-".len() - "-000123".len())
+    )
+}
+
+/// A message id as long as a broker may make one.
+pub const LONG_MESSAGE_ID: &str =
+    "amq.ctag-2f0c9a77-1b2e-4c1d-9f3e-7a8b6c5d4e3f.delivery-000000042";
+
+/// A reason whose code runs long, and the code as the quarantine table shows it.
+pub const LONG_REASON: &str = "account_currency_mismatch_for_the_tenant_account_named: \
+    the account holds USD and the command is in RUB; nothing changed";
+pub const LONG_REASON_CODE: &str = "account_currency_mismatch_for_the_tenant_account_named";
+
+/// [`snapshot`] whose conflicts carry the longest names: a 255-byte key under a 64-byte
+/// client whose command differs in three fields, beside short ones.
+pub fn long_name_snapshot() -> Snapshot {
+    let mut snapshot = snapshot(3, 120, 4);
+    snapshot.conflicts = serde_json::from_value(json!([
+        {"at": "2026-11-30T11:59:58.120Z", "client": longest_client(), "key": longest_key(),
+         "kind": "reused", "command": "withdraw",
+         "differs": ["account", "amount", "currency"]},
+        {"at": "2026-11-30T11:59:41.000Z", "client": "shop", "key": "ord-2",
+         "kind": "in_flight", "command": "withdraw", "differs": []}
+    ]))
+    .unwrap();
+    snapshot
+}
+
+/// The payload of a quarantined message that names the longest client, key and account.
+pub fn long_payload() -> String {
+    json!({"message_id": LONG_MESSAGE_ID, "client": longest_client(), "key": longest_key(),
+           "command": {"type": "deposit", "account": longest_account(), "amount": 100,
+                       "currency": "RUB"}})
+    .to_string()
+}
+
+/// Quarantined messages with a long id, a long reason and a long payload, and a short one.
+pub fn long_name_quarantine() -> QuarantinePage {
+    serde_json::from_value(json!({"quarantined": [
+        {"id": 21, "at": "2026-11-30T11:59:55.000Z", "message_id": LONG_MESSAGE_ID,
+         "reason": LONG_REASON, "payload": long_payload()},
+        {"id": 20, "at": "2026-11-30T11:59:20.000Z", "message_id": "m-76",
+         "reason": "undecodable: the line is not JSON", "payload": "not json"}
+    ]}))
+    .unwrap()
+}
+
+/// A keys page of 200 applied deposits, `key-001` newest, and more after it: more rows
+/// than any terminal shows.
+pub fn full_keys_page() -> KeysPage {
+    let keys: Vec<Value> = (1..=200u64)
+        .map(|i| {
+            json!({"client": "shop", "key": format!("key-{i:03}"), "status": "done",
+                   "command": "deposit", "account": "alice", "amount": 100 * i,
+                   "currency": "RUB", "since": "2026-11-30T11:59:00.000Z",
+                   "age_ms": 1_000 * i, "replays": 0, "conflicts": 0,
+                   "outcome": {"outcome": "applied"}})
+        })
+        .collect();
+    serde_json::from_value(json!({"keys": keys, "next": "cursor-200"})).unwrap()
+}
+
+/// [`snapshot`] with 50 conflicts listed, `cf-01` newest, the two kinds in turn: more
+/// than the view has rows for.
+pub fn many_conflicts_snapshot() -> Snapshot {
+    let mut snapshot = snapshot(3, 120, 4);
+    let conflicts: Vec<Value> = (1..=50u32)
+        .map(|i| {
+            json!({"at": format!("2026-11-30T11:59:{:02}.000Z", 59 - i), "client": "shop",
+                   "key": format!("cf-{i:02}"),
+                   "kind": if i % 2 == 1 { "in_flight" } else { "reused" },
+                   "command": "withdraw",
+                   "differs": if i % 2 == 1 { json!([]) } else { json!(["amount"]) }})
+        })
+        .collect();
+    snapshot.conflicts = serde_json::from_value(Value::Array(conflicts)).unwrap();
+    snapshot.counters.conflicts_in_flight = 25;
+    snapshot.counters.conflicts_reused = 25;
+    snapshot
+}
+
+/// The newest 20 quarantined messages, `mq-01` newest: more than half a view holds.
+pub fn full_quarantine() -> QuarantinePage {
+    let quarantined: Vec<Value> = (1..=20u64)
+        .map(|i| {
+            json!({"id": 100 - i, "at": format!("2026-11-30T11:58:{:02}.000Z", 59 - i),
+                   "message_id": format!("mq-{i:02}"),
+                   "reason": "undecodable: the line is not JSON", "payload": "not json"})
+        })
+        .collect();
+    serde_json::from_value(json!({ "quarantined": quarantined })).unwrap()
+}

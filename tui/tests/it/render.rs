@@ -565,3 +565,216 @@ fn conflict_opens_its_key() {
     app.handle(data(Data::KeyDetail(Box::new(record))));
     check("conflict_opens_key", &app);
 }
+
+/// `text` is on `screen` whole, or cut with its mark: a name in its middle (a word
+/// `start…end` of its start and its end), a code or a payload at its end (`start…`).
+fn whole_or_marked(screen: &str, text: &str, middle: bool) -> bool {
+    // The backend quotes each line of the screen.
+    screen.contains(text)
+        || screen
+            .lines()
+            .map(|line| line.strip_prefix('"').unwrap_or(line))
+            .map(|line| line.strip_suffix('"').unwrap_or(line))
+            .flat_map(|line| line.split(|c: char| c.is_whitespace() || c == '│'))
+            .filter_map(|word| word.split_once('…'))
+            .any(|(head, tail)| {
+                !head.is_empty()
+                    && text.starts_with(head)
+                    && if middle {
+                        !tail.is_empty() && text.ends_with(tail)
+                    } else {
+                        tail.is_empty()
+                    }
+            })
+}
+
+/// Conflicts and quarantined messages with the longest names: a 255-byte key under a
+/// 64-byte client, a long message id, reason and payload (the payload names a 129-byte
+/// account). Every column is as wide as its content while there is room, and whatever is
+/// cut is marked with a `…`: names in their middle, the rest at its end.
+#[test]
+fn conflicts_long_names() {
+    let mut app = live_app(true);
+    app.handle(data(Data::Snapshot(
+        Box::new(fixture::long_name_snapshot()),
+    )));
+    app.handle(data(Data::Quarantine(fixture::long_name_quarantine())));
+    press(&mut app, "3");
+    let key = fixture::longest_key();
+    let client = fixture::longest_client();
+    let payload = fixture::long_payload();
+    for (width, height) in SIZES {
+        app.handle(Event::Resize(width, height));
+        let screen = render(&app, width, height).backend().to_string();
+        let at = format!("at {width}x{height}:\n{screen}");
+        // No terminal holds the key whole; it keeps its start and its end.
+        assert!(!screen.contains(&key), "{at}");
+        assert!(whole_or_marked(&screen, &key, true), "key {at}");
+        assert!(
+            whole_or_marked(&screen, "account,amount,currency", false),
+            "differs {at}"
+        );
+        if width < 80 {
+            // Neither the client column nor the quarantine has room at 40x12.
+            continue;
+        }
+        assert!(whole_or_marked(&screen, &client, true), "client {at}");
+        assert!(
+            whole_or_marked(&screen, fixture::LONG_MESSAGE_ID, true),
+            "message id {at}"
+        );
+        assert!(
+            whole_or_marked(&screen, fixture::LONG_REASON_CODE, false),
+            "reason {at}"
+        );
+        assert!(!screen.contains(&payload), "{at}");
+        assert!(whole_or_marked(&screen, &payload, false), "payload {at}");
+        assert!(screen.contains("not json"), "{at}");
+    }
+    check("conflicts_long_names", &app);
+}
+
+/// The rows a table's title says are on screen (`12–30 of 30`): first, last, total.
+fn title_range(screen: &str) -> Option<(usize, usize, usize)> {
+    range_in(screen.lines().nth(1)?)
+}
+
+/// The rows `line` says are on screen (`12–30 of 30`): first, last, total.
+fn range_in(line: &str) -> Option<(usize, usize, usize)> {
+    let (before, after) = line.split_once('–')?;
+    let digits_before: String = before
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_digit)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let last: String = after.chars().take_while(char::is_ascii_digit).collect();
+    let total: String = after[last.len()..]
+        .strip_prefix(" of ")?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((
+        digits_before.parse().ok()?,
+        last.parse().ok()?,
+        total.parse().ok()?,
+    ))
+}
+
+/// The numbers that follow `prefix` on the screen's lines, top to bottom: the rows a
+/// table shows, by the number in their key.
+fn row_numbers(screen: &str, prefix: &str) -> Vec<usize> {
+    screen
+        .lines()
+        .filter_map(|line| {
+            let (_, rest) = line.split_once(prefix)?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+/// A keys page of 200 rows scrolled to its 31st: the title says which rows of the page
+/// are on screen, and they are those rows.
+#[test]
+fn keys_more_than_fit() {
+    let mut app = live_app(true);
+    press(&mut app, "2");
+    let query = app.key_query();
+    app.handle(data(Data::Keys {
+        query,
+        page: fixture::full_keys_page(),
+    }));
+    press(&mut app, &"j".repeat(30));
+    for (width, height, first) in [(80, 24, 13), (120, 40, 1), (40, 12, 24)] {
+        app.handle(Event::Resize(width, height));
+        let screen = render(&app, width, height).backend().to_string();
+        let (shown_first, last, total) =
+            title_range(&screen).unwrap_or_else(|| panic!("no rows in the title:\n{screen}"));
+        assert_eq!(total, 200, "{screen}");
+        assert_eq!(shown_first, first, "{screen}");
+        // The selected row, the 31st, is the last on screen unless all up to it fit.
+        assert_eq!(
+            last,
+            (first + row_numbers(&screen, "key-").len() - 1),
+            "{screen}"
+        );
+        assert!(last >= 31, "{screen}");
+        assert_eq!(
+            row_numbers(&screen, "key-"),
+            (shown_first..=last).collect::<Vec<_>>(),
+            "{screen}"
+        );
+    }
+    check("keys_more_than_fit", &app);
+}
+
+/// The log scrolled up from its end: the title says which facts are on screen, and they
+/// are those; where all 30 fit, it counts them.
+#[test]
+fn log_scrolled() {
+    let mut app = live_app(true);
+    press(&mut app, "5kkkkkkkkkk");
+    assert!(!app.follow_log);
+    for (width, height) in SIZES {
+        app.handle(Event::Resize(width, height));
+        let screen = render(&app, width, height).backend().to_string();
+        // Facts 111 to 140 are rows 1 to 30; the 20th is selected.
+        let rows: Vec<usize> = row_numbers(&screen, "k-").iter().map(|n| n - 110).collect();
+        match title_range(&screen) {
+            Some((first, last, total)) => {
+                assert_eq!((last, total), (20, 30), "{screen}");
+                assert_eq!(rows, (first..=last).collect::<Vec<_>>(), "{screen}");
+            }
+            None => {
+                assert!(screen.contains("Log · 30 facts"), "{screen}");
+                assert_eq!(rows, (1..=30).collect::<Vec<_>>(), "{screen}");
+            }
+        }
+    }
+    check("log_scrolled", &app);
+}
+
+/// 50 conflicts and 20 quarantined messages, the 21st conflict selected: the line above
+/// the conflicts and the quarantine's title say which rows are on screen, and they are
+/// those rows.
+#[test]
+fn conflicts_more_than_fit() {
+    let mut app = live_app(true);
+    app.handle(data(Data::Snapshot(Box::new(
+        fixture::many_conflicts_snapshot(),
+    ))));
+    app.handle(data(Data::Quarantine(fixture::full_quarantine())));
+    press(&mut app, &format!("3{}", "j".repeat(20)));
+    for (width, height, first, quarantined) in [
+        (80, 24, 15, Some(8)),
+        (120, 40, 7, Some(16)),
+        (40, 12, 15, None),
+    ] {
+        app.handle(Event::Resize(width, height));
+        let screen = render(&app, width, height).backend().to_string();
+        let listed = screen.lines().nth(2).unwrap();
+        assert_eq!(range_in(listed), Some((first, 21, 50)), "{screen}");
+        assert_eq!(
+            row_numbers(&screen, "cf-"),
+            (first..=21).collect::<Vec<_>>(),
+            "{screen}"
+        );
+        let title = screen.lines().find(|line| line.contains("Quarantined"));
+        match quarantined {
+            Some(last) => {
+                let title = title.unwrap_or_else(|| panic!("no quarantine:\n{screen}"));
+                assert_eq!(range_in(title), Some((1, last, 20)), "{screen}");
+                assert_eq!(
+                    row_numbers(&screen, "mq-"),
+                    (1..=last).collect::<Vec<_>>(),
+                    "{screen}"
+                );
+            }
+            None => assert!(title.is_none(), "{screen}"),
+        }
+    }
+    check("conflicts_more_than_fit", &app);
+}

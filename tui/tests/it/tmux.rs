@@ -168,13 +168,17 @@ fn dashboard_follows_a_real_worker_in_tmux() {
     assert!(!conflicts.contains("dep-1"), "{conflicts}");
 
     tmux.press("4");
-    let balances = tmux.wait_for("the balances view to show alice", |s| {
-        has_row(s, &["alice", "RUB", "7.00"])
-    });
-    for row in [["@payouts", "RUB", "3.00"], ["@world", "RUB", "-10.00"]] {
-        assert!(has_row(&balances, &row), "missing {row:?} in\n{balances}");
-    }
-    assert!(squeeze(&balances).contains("RUB = 0.00 ✓"), "{balances}");
+    // The screen is read until all of it is drawn: a capture may catch a frame that
+    // tmux has only partly written.
+    tmux.wait_for(
+        "the balances view: alice, both system accounts, the sum",
+        |s| {
+            has_row(s, &["alice", "RUB", "7.00"])
+                && has_row(s, &["@payouts", "RUB", "3.00"])
+                && has_row(s, &["@world", "RUB", "-10.00"])
+                && squeeze(s).contains("RUB = 0.00 ✓")
+        },
+    );
 
     tmux.press("?");
     tmux.wait_for("the help overlay", |s| {

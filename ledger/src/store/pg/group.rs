@@ -822,13 +822,11 @@ impl PgStore {
             "in_flight" => return Ok(in_progress()),
             "vanished" => return Err(Abort::Retry("a claimed row vanished".into())),
             "message_reused" => {
-                let payload = format!(
-                    "{{\"key\":{:?},\"command\":{:?}}}",
-                    q.key.as_str(),
-                    q.command.name()
-                );
-                let id = q.message.as_ref().map(|m| m.as_str().to_owned());
-                work.quarantine.push((id.unwrap_or_default(), payload));
+                let Some(id) = q.message.as_ref() else {
+                    return Err(self.unexpected("a reused message id with no message".into()));
+                };
+                let payload = crate::fact::json::inbox_message(id, &q.client, &q.key, &q.command);
+                work.quarantine.push((id.as_str().to_owned(), payload));
                 return Ok(Submission::Quarantined {
                     reason: MESSAGE_REUSED.into(),
                 });

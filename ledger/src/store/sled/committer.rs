@@ -151,6 +151,14 @@ impl Lead {
         std::mem::take(&mut *self.gathered.lock())
     }
 
+    /// Nothing queued and both the decider and the syncer waiting: what [`Lead::try_lead`]
+    /// needs, looked at without taking anything.
+    pub(super) fn idle(&self) -> bool {
+        self.queued.load(Ordering::SeqCst) == 0
+            && self.committer.try_lock().is_some()
+            && self.syncer.try_lock().is_some()
+    }
+
     /// Commits `queued` on the calling thread when the committer is idle (see [`Lead`]),
     /// answering it before returning; gives it back when the committer is busy, for the
     /// queue. Only for callers that may block on the journal's sync.
@@ -807,11 +815,7 @@ impl Committer {
             at: self.shared.config.clock.now(),
             message_id: Some(message_id.as_str().to_owned()),
             reason: reason.into(),
-            payload: format!(
-                "{{\"key\":{:?},\"command\":{:?}}}",
-                key.as_str(),
-                command.name()
-            ),
+            payload: crate::fact::json::inbox_message(message_id, client, key, command),
         };
         staged.group.put(quarantine_key(id), encode(&record));
         Ok(Some(Submission::Quarantined {

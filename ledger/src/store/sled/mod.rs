@@ -859,6 +859,14 @@ impl SledStore {
         self.lead.queued()
     }
 
+    /// Whether the committer is idle as a leader would find it: nothing queued, and
+    /// neither the decider nor the syncer busy. For tests that must know the syncer thread
+    /// has parked rather than sleep on it.
+    #[doc(hidden)]
+    pub fn committer_idle(&self) -> bool {
+        self.lead.idle()
+    }
+
     /// Stops the committer after what was submitted before, until the guard is dropped:
     /// commands submitted meanwhile stay pending. For tests of in-flight duplicates and
     /// lease takeover, and for taking a consistent copy of the folder.
