@@ -4,12 +4,13 @@
 //!
 //! ```
 //! let script = "
-//!     # a retry gets the stored answer
+//!     ## a retry gets the stored answer
 //!     shop/ord-1 deposit alice 1000 RUB
 //!     shop/ord-1 deposit alice 1000 RUB
 //!     balances
 //! ";
 //! let transcript = ledger::scenario::Scenario::parse(script)?.run()?;
+//! assert!(transcript.starts_with("# a retry gets the stored answer\n"));
 //! assert!(transcript.contains("replayed: applied seq=1 alice RUB balance=1000"));
 //! // In a test: insta::assert_snapshot!(transcript);
 //! # Ok::<(), Box<dyn std::error::Error>>(())

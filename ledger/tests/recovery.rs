@@ -589,6 +589,18 @@ fn balances_stats_and_statement_runs_reach_sled_at_checkpoints_and_before_verify
     // alice's, @world's and @payouts' RUB; alice's one statement run, of seqs 1 and 2.
     assert_eq!(held_aside(&l, "deferred_balances"), 3);
     assert_eq!(held_aside(&l, "deferred_runs"), 1);
+    // What the run held aside is reported to weigh, against the worker's bound: its
+    // B-tree slot with half again for the nodes' slack, and its two heap buffers, the
+    // key (`h alice NUL seq`, 15 bytes) and the value (a tag and one increase, 2 bytes),
+    // each rounded up to the allocator's 16 bytes.
+    let run_bytes = l
+        .memory()
+        .iter()
+        .find(|u| u.structure == "deferred_runs")
+        .unwrap()
+        .bytes;
+    let slot = std::mem::size_of::<(Vec<u8>, sled::IVec)>() as u64 * 3 / 2;
+    assert_eq!(run_bytes, slot + 16 + 16);
     assert_eq!(seqs(&l, 0), [1, 2]);
     // sled holds no run of alice's yet: the one holding seq 2 starts below it, kept aside.
     assert_eq!(seqs(&l, 1), [2]);

@@ -365,3 +365,49 @@ fn a_gathering_whose_first_caller_went_away_is_still_committed() {
     assert_eq!(balance, Some(1_000 - 1));
     scenario.teardown();
 }
+
+/// The commit metrics count commands: a group that holds none (a quarantined message, a
+/// sweep) is written and synced, but is no batch of commands, and a leader after it is
+/// told by the commands of the last group, not by its other answers.
+#[test]
+fn groups_without_commands_are_not_counted_as_batches() {
+    let scenario = fail::FailScenario::setup();
+    let (_dir, l) = ledger_with_alice();
+    let before = l.commit_metrics();
+    let id = l
+        .blocking()
+        .quarantine(Some("m-1".into()), "undecodable: test".into(), b"x")
+        .unwrap();
+    assert_eq!(id, 1);
+    l.blocking().sweep().unwrap();
+    let after = l.commit_metrics();
+    assert_eq!(l.blocking().quarantined(0, 10).unwrap().len(), 1);
+    assert_eq!(
+        (
+            after.batches,
+            after.commands,
+            after.applies,
+            after.last_batch_size
+        ),
+        (
+            before.batches,
+            before.commands,
+            before.applies,
+            before.last_batch_size
+        ),
+        "{after:?}"
+    );
+    // One command after them: one batch of one.
+    let (key, command) = withdrawal("w-after");
+    let answer = l
+        .blocking()
+        .submit(&ClientId::default_client(), &key, command);
+    assert!(matches!(answer, Ok(Submission::Executed(_))), "{answer:?}");
+    let last = l.commit_metrics();
+    assert_eq!(
+        (last.batches - after.batches, last.commands - after.commands),
+        (1, 1)
+    );
+    assert_eq!(last.last_batch_size, 1);
+    scenario.teardown();
+}

@@ -422,6 +422,33 @@ struct Staged {
     answers: Vec<Pending>,
 }
 
+/// What is wrong with a group about to be sealed, if anything: its facts must take the
+/// seqs right after `sealed_last` (the last sealed one), in order and without a gap, up to
+/// `working_last` (the working stats' last seq); no user account may be left below zero.
+fn broken_group(
+    sealed_last: u64,
+    facts: &[(u64, Vec<u8>)],
+    accounts: &HashMap<Account, BTreeMap<Currency, i128>>,
+    working_last: u64,
+) -> Option<String> {
+    let first = sealed_last + 1;
+    let seqs_follow = facts
+        .iter()
+        .enumerate()
+        .all(|(i, (seq, _))| Some(*seq) == first.checked_add(i as u64));
+    if !seqs_follow || sealed_last + facts.len() as u64 != working_last {
+        return Some(format!(
+            "the group's facts are not seqs {first}..={working_last} (got {} facts, first {:?})",
+            facts.len(),
+            facts.first().map(|f| f.0)
+        ));
+    }
+    accounts.iter().find_map(|(account, per)| {
+        let negative = !account.is_system() && per.values().any(|b| *b < 0);
+        negative.then(|| format!("{account} would be left below zero"))
+    })
+}
+
 /// Makes everything applied to sled so far durable in sled's own files: sled's flush, then
 /// an fdatasync of its data file (`None`: syncs are off). sled's flush syncs with
 /// `sync_file_range`, which flushes neither the drive's write cache nor the file's size;
@@ -1072,6 +1099,13 @@ impl Committer {
             filled,
             answers,
         } = staged;
+        // What the group is about to make durable is checked first, in release builds
+        // too: a broken invariant stops the writes as a storage failure does, rather than
+        // writing a wrong ledger.
+        if let Some(broken) = broken_group(self.stats.last_seq, &facts, &accounts, stats.last_seq) {
+            self.shared
+                .fail(format!("invariant broken, nothing written: {broken}"));
+        }
         if let Some(reason) = self.shared.failed.lock().clone() {
             // Nothing more is written: the working state stays as it was, and the staged
             // commands are told the store failed.
@@ -1247,6 +1281,15 @@ impl Syncer {
             let error = match (&s.group, failed) {
                 (None, _) => None,
                 (Some(_), Some(reason)) => Some(LedgerError::Unavailable(reason)),
+                // Groups reach the journal in the order they were sealed, each once.
+                (Some(group), None) if group.number != self.journal.next_group() => {
+                    Some(shared.fail(format!(
+                        "invariant broken, nothing written: group {} sealed where the \
+                         journal expects group {}",
+                        group.number,
+                        self.journal.next_group()
+                    )))
+                }
                 (Some(group), None) => match self.journal.append(group) {
                     Ok(()) => {
                         self.checkpoints.written(group.record_len());
@@ -1619,5 +1662,51 @@ fn answer_all(shared: &Shared, answers: Vec<Pending>, e: &LedgerError) {
                 let _ = tx.send(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_is_sealed_only_with_its_seqs_in_order_and_no_balance_below_zero() {
+        let facts = |seqs: &[u64]| -> Vec<(u64, Vec<u8>)> {
+            seqs.iter().map(|s| (*s, Vec::new())).collect()
+        };
+        let rub = Currency::parse("RUB").unwrap();
+        let balance = |name: &str, b: i128| {
+            HashMap::from([(
+                Account::parse_any(name).unwrap(),
+                BTreeMap::from([(rub, b)]),
+            )])
+        };
+        let none = HashMap::new();
+        // Whole: the next seqs, or no fact at all (a quarantine, a sweep).
+        assert_eq!(broken_group(7, &facts(&[8, 9, 10]), &none, 10), None);
+        assert_eq!(broken_group(7, &[], &none, 7), None);
+        assert_eq!(
+            broken_group(7, &facts(&[8]), &balance("@world", -5), 8),
+            None
+        );
+        assert_eq!(broken_group(0, &facts(&[1]), &balance("alice", 0), 1), None);
+        // Broken: a gap, a repeat, out of order, a seq already sealed, stats that disagree,
+        // a user account below zero.
+        for (sealed, seqs, working) in [
+            (7, &[8, 10][..], 10),
+            (7, &[8, 8][..], 9),
+            (7, &[9, 8][..], 9),
+            (7, &[7][..], 8),
+            (7, &[8, 9][..], 10),
+            (7, &[][..], 8),
+        ] {
+            assert!(
+                broken_group(sealed, &facts(seqs), &none, working).is_some(),
+                "{sealed} {seqs:?} {working}"
+            );
+        }
+        let below = broken_group(7, &facts(&[8]), &balance("alice", -1), 8).unwrap();
+        assert_eq!(below, "alice would be left below zero");
     }
 }

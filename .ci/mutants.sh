@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Measures the tests' strength on the commit path with cargo-mutants: each mutant (an
+# operator flipped, a function body replaced by a default) of the decider and the
+# syncer (committer.rs), the journal and the index's rebuild is built, and the tests
+# that guard them run against it; a mutant they do not catch is a test to add, or an
+# equivalent change to explain in docs/testing.md. Too long for CI (hours for all
+# files): run it by hand or nightly, a shard at a time.
+#
+# Usage: .ci/mutants.sh [FILE...] [-- extra cargo-mutants options]
+#   FILE   the sources to mutate (default: committer.rs, journal.rs, rebuild.rs)
+# Examples:
+#   .ci/mutants.sh ledger/src/store/sled/committer.rs -- --shard 1/12
+#   .ci/mutants.sh -- --list
+# Needs `cargo install --locked cargo-mutants` and the PostgreSQL of the tests (the
+# conformance suite runs on both stores). The report lands in mutants.out/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+files=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  files+=(--file "$1")
+  shift
+done
+[ "${1:-}" = "--" ] && shift
+if [ ${#files[@]} -eq 0 ]; then
+  files=(--file ledger/src/store/sled/committer.rs
+         --file ledger/src/store/sled/journal.rs
+         --file ledger/src/store/sled/rebuild.rs)
+fi
+
+# The tests that hold the commit path: the ledger's own (conformance on both stores,
+# recovery, the model, the journal's unit tests) and the process-level ones (crash
+# points, crash loops, power loss, group commit, the simulation). A service that is
+# missing fails the run rather than letting mutants pass untested.
+export IDEM_REQUIRE_SERVICES=1
+exec cargo mutants "${files[@]}" \
+  --test-package ledger --test-package idem-tests \
+  --timeout-multiplier 3 \
+  "$@"
