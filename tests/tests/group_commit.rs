@@ -411,3 +411,19 @@ fn groups_without_commands_are_not_counted_as_batches() {
     assert_eq!(last.last_batch_size, 1);
     scenario.teardown();
 }
+
+/// The committer is idle only when a leader could lead: not while the decider holds a
+/// pause, and again once it is let go and its last group is answered.
+#[test]
+fn the_committer_is_idle_only_when_nothing_holds_it() {
+    let scenario = fail::FailScenario::setup();
+    let (_dir, l) = ledger_with_alice();
+    wait_idle(&l);
+    let pause = l.pause();
+    wait_queued(&l, 0);
+    // Nothing is queued and the syncer waits, but the decider is held.
+    assert!(!l.committer_idle());
+    drop(pause);
+    wait_idle(&l);
+    scenario.teardown();
+}
