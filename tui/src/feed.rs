@@ -20,6 +20,10 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// Facts fetched per poll. If the log grows faster than this, the tail jumps ahead
 /// rather than downloading history: the log view shows the tail, not everything.
 pub const FACTS_PAGE_LIMIT: u64 = 200;
+/// Accounts per page of `GET /v1/accounts` (the worker's most), and the most pages the
+/// Balances view reads each poll: ten thousand accounts.
+const ACCOUNTS_PAGE_LIMIT: usize = 1000;
+const ACCOUNT_PAGES_MAX: usize = 10;
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// A loopback worker answers in milliseconds; waiting longer only delays "offline".
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
@@ -160,14 +164,46 @@ impl Poller {
                 send(Data::Quarantine(page));
             }
         }
-        if wants.view == View::Balances {
-            let page: Option<AccountsPage> =
-                self.endpoint("accounts", self.get("/v1/accounts", &[]), &mut send)?;
-            if let Some(page) = page {
-                send(Data::Accounts(page));
-            }
+        if wants.view == View::Balances
+            && let Some(page) = self.all_accounts(&mut send)?
+        {
+            send(Data::Accounts(page));
         }
         Ok(())
+    }
+
+    /// Every page of `GET /v1/accounts`, joined, up to [`ACCOUNT_PAGES_MAX`] pages: a
+    /// worker pages its accounts, and a view that read only the first page would drop
+    /// the rest without saying so. Past the bound, `next` stays set and the view says
+    /// that more accounts exist than were read.
+    fn all_accounts(
+        &mut self,
+        send: &mut impl FnMut(Data) -> bool,
+    ) -> Result<Option<AccountsPage>, String> {
+        let mut joined: Option<AccountsPage> = None;
+        for _ in 0..ACCOUNT_PAGES_MAX {
+            let mut params = vec![("limit", ACCOUNTS_PAGE_LIMIT.to_string())];
+            if let Some(after) = joined.as_ref().and_then(|j| j.next.as_ref()) {
+                params.push(("after", after.as_str().to_owned()));
+            }
+            let page: Option<AccountsPage> =
+                self.endpoint("accounts", self.get("/v1/accounts", &params), send)?;
+            let Some(page) = page else {
+                return Ok(None);
+            };
+            let done = page.next.is_none();
+            match joined.as_mut() {
+                None => joined = Some(page),
+                Some(j) => {
+                    j.accounts.extend(page.accounts);
+                    j.next = page.next;
+                }
+            }
+            if done {
+                break;
+            }
+        }
+        Ok(joined)
     }
 
     fn poll_facts(

@@ -223,12 +223,15 @@ impl Account {
     }
 }
 
-/// `GET /v1/accounts`.
+/// `GET /v1/accounts`: one page, or the pages the dashboard read joined.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct AccountsPage {
     pub accounts: Vec<Account>,
+    /// Over every account, not only the page.
     pub sums: BTreeMap<Clean, Units>,
+    /// The name to read the next page after; `None` on the last page.
+    pub next: Option<Clean>,
 }
 
 /// `GET /v1/live/quarantine?order=newest`: what the inbox kept instead of applying.

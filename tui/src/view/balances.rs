@@ -83,6 +83,17 @@ fn accounts_title(app: &App, users: usize, area: Rect, roomy: bool) -> Parts {
     let selected = app.selected[View::Balances.index()];
     let count = rows_range(count.clone(), users, panel_rows(area, roomy), selected)
         .unwrap_or_else(|| count.num(usize_units(users)));
+    // More accounts than the dashboard reads: the first ones are shown, and it says so.
+    let unread = app
+        .feed
+        .accounts
+        .as_ref()
+        .is_some_and(|page| page.next.is_some());
+    let count = if unread {
+        count.text(" · more not read")
+    } else {
+        count
+    };
     let short = sort.replace(" within each currency", " per currency");
     let width = usize::from(area.width.saturating_sub(if roomy { 4 } else { 0 }));
     Parts::first_fitting(

@@ -778,3 +778,21 @@ fn conflicts_more_than_fit() {
     }
     check("conflicts_more_than_fit", &app);
 }
+
+/// A worker with more accounts than the dashboard reads: the view says so in the
+/// accounts' title, rather than showing the first ones as if they were all.
+#[test]
+fn balances_say_when_more_accounts_exist_than_were_read() {
+    let mut app = live_app(true);
+    let mut page = fixture::accounts();
+    page.next = Some(ledger_tui::sanitize::Clean::new("zed"));
+    app.handle(data(Data::Accounts(page)));
+    press(&mut app, "4");
+    let screen = render(&app, 120, 40).backend().to_string();
+    assert!(screen.contains("more not read"), "{screen}");
+    let mut page = fixture::accounts();
+    page.next = None;
+    app.handle(data(Data::Accounts(page)));
+    let screen = render(&app, 120, 40).backend().to_string();
+    assert!(!screen.contains("more not read"), "{screen}");
+}
