@@ -429,6 +429,23 @@ impl Fetched {
 /// 5xx like a command: a read changes nothing, so repeating it is always safe. `log`
 /// hears of each retry.
 pub fn read(options: &SubmitOptions, path_and_query: &str, log: &mut dyn FnMut(&str)) -> Fetched {
+    let x = get_retried(options, path_and_query, "asking again", log);
+    Fetched {
+        answer: x.last,
+        attempts: x.attempts,
+        no_answer: x.no_answer,
+        server: options.server.clone(),
+    }
+}
+
+/// `GET path_and_query`, with the token, retried on transport failures and 5xx; each
+/// retry is told to `log` with `retrying`.
+fn get_retried(
+    options: &SubmitOptions,
+    path_and_query: &str,
+    retrying: &str,
+    log: &mut dyn FnMut(&str),
+) -> Exchange<()> {
     let url = url(options, path_and_query);
     let auth = bearer(options);
     let mut request = |agent: &ureq::Agent| {
@@ -442,13 +459,7 @@ pub fn read(options: &SubmitOptions, path_and_query: &str, log: &mut dyn FnMut(&
         500..=599 => Step::Retry,
         _ => Step::Done(()),
     };
-    let x = exchange(options, &mut request, &decide, "asking again", log);
-    Fetched {
-        answer: x.last,
-        attempts: x.attempts,
-        no_answer: x.no_answer,
-        server: options.server.clone(),
-    }
+    exchange(options, &mut request, &decide, retrying, log)
 }
 
 /// The body `submit --json` prints: the worker's, with `"replayed"` added to a stored
@@ -482,21 +493,9 @@ pub enum Withdrawal {
 /// Asks the worker for the withdrawal `key` (`GET /v1/keys/{key}`), for its currency: a
 /// refund's amount is typed in it. Retried like a command; reading changes nothing.
 pub fn withdrawal(options: &SubmitOptions, key: &Key, log: &mut dyn FnMut(&str)) -> Withdrawal {
-    let url = url(options, &format!("/v1/keys/{}", escape(key.as_str())));
-    let auth = bearer(options);
-    let mut request = |agent: &ureq::Agent| {
-        let mut request = agent.get(&url);
-        if let Some(a) = &auth {
-            request = request.header("Authorization", a);
-        }
-        request.call()
-    };
-    let decide = |a: &Answer| match a.status {
-        500..=599 => Step::Retry,
-        _ => Step::Done(()),
-    };
+    let path = format!("/v1/keys/{}", escape(key.as_str()));
     let retrying = format!("asking again for the withdrawal {}", key.as_str());
-    let x = exchange(options, &mut request, &decide, &retrying, log);
+    let x = get_retried(options, &path, &retrying, log);
     let failed = |x: Exchange<()>| {
         Withdrawal::Failed(Submitted {
             verdict: Verdict::Failed,
