@@ -1,6 +1,6 @@
 //! The sled store's writer.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -9,20 +9,18 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
 use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId};
-use crate::fact::{DecodeError, Fact, FactBody, Outcome};
-use crate::projection::{Balances, Stats};
+use crate::fact::DecodeError;
+use crate::projection::Stats;
 use crate::store::verify::VerifyReport;
-use crate::store::{LATENCY_BUCKETS_US, LedgerError, Quarantined, Submission, message_fingerprint};
+use crate::store::{LATENCY_BUCKETS_US, LedgerError, Submission};
 
+use super::decider::{self, Decider, Reads};
 use super::journal::{Group, Journal, Op};
 use super::records::{
-    GROUP_KEY, InboxRecord, KeyRecord, P_ACCOUNT, P_KEY, P_QUARANTINE, P_REFUNDED, P_STATEMENT,
-    STATEMENTS_READY_KEY, STATS_KEY, account_key, decode, encode, inbox_key, io_err,
-    quarantine_key, scoped_key, seq_of,
+    GROUP_KEY, P_ACCOUNT, P_QUARANTINE, P_STATEMENT, STATEMENTS_READY_KEY, STATS_KEY, account_key,
+    encode, io_err, seq_of,
 };
-use super::statements::Tail;
 use super::{Reply, Result, Shared, duration_ms};
 
 pub(super) enum Request {
@@ -166,7 +164,7 @@ impl Lead {
         let Some(mut committer) = self.committer.try_lock() else {
             return Some(queued);
         };
-        if committer.last_group > 1 || self.queued.load(Ordering::SeqCst) != 0 {
+        if committer.decider.last_group() > 1 || self.queued.load(Ordering::SeqCst) != 0 {
             return Some(queued);
         }
         let Some(mut syncer) = self.syncer.try_lock() else {
@@ -174,13 +172,13 @@ impl Lead {
         };
         let Some(syncer) = syncer
             .as_mut()
-            .filter(|s| s.journal.next_group() == committer.next_group)
+            .filter(|s| s.journal.next_group() == committer.decider.next_group())
         else {
             return Some(queued);
         };
         let shared = committer.shared.clone();
         let mut staged = Staged::default();
-        let mut stats = committer.stats.clone();
+        let mut stats = committer.decider.stats().clone();
         committer.take_command(queued, &mut staged, &mut stats);
         let sealed = committer.seal_group(staged, &mut stats);
         if sealed.is_some() {
@@ -239,15 +237,6 @@ pub(super) struct Queued {
     pub message: Option<MessageId>,
     pub arrived: Instant,
     pub reply: Reply,
-}
-
-/// A group the decider sealed, on its way to the journal, then sled, then its answers.
-struct Sealed {
-    /// `None`: nothing to write (a barrier).
-    group: Option<Group>,
-    answers: Vec<Pending>,
-    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
-    stats: Stats,
 }
 
 /// The balances, stats and statement runs that groups applied since sled last took them
@@ -369,84 +358,28 @@ impl Shared {
 
 pub(super) struct Committer {
     shared: Arc<Shared>,
-    next_quarantine: u64,
-    /// The number the next sealed group gets: the journal's next.
-    next_group: u64,
-    /// The decider's working state: sled's, plus every group sealed since.
-    balances: Balances,
-    stats: Stats,
-    /// What the groups sealed but not yet applied to sled wrote that deciding reads back,
-    /// oldest first. Trimmed as the syncer reports groups applied
-    /// (`Shared::applied_group`): until then sled does not have them.
-    unapplied: VecDeque<(u64, Written)>,
-    /// How many commands the last group sealed held. A caller leads only after a group of
-    /// at most one: then it is likely alone, and nobody's command would have joined its
-    /// group. After a larger group others are submitting too, and a leader would write its
-    /// command as a group of one while theirs queue behind it for the next sync: more
-    /// syncs per command and a longer wait for them than the decider's groups, which take
-    /// everything that arrived during the sync in flight.
-    last_group: usize,
-    /// The last statement run of recently moved accounts, extended by their next
-    /// movements. Forgotten wholesale past [`TAILS_MAX`] accounts: an account not here
-    /// starts a new run, which costs a record, not correctness.
-    tails: HashMap<Account, Tail>,
-    /// The heap bytes of the runs' values in `tails`.
-    tails_heap: u64,
+    decider: Decider,
 }
 
-/// The most accounts whose last statement run the committer keeps.
-pub(super) const TAILS_MAX: usize = 16_384;
+type Staged = decider::Staged<Pending>;
+type Sealed = decider::Sealed<Pending>;
 
-/// What a group writes that deciding reads back: done keys with their facts, refunded
-/// totals, inbox records. (Balances and stats are in the working state already.)
-#[derive(Default)]
-struct Written {
-    keys: HashMap<(ClientId, Key), (Fingerprint, Fact)>,
-    refunded: HashMap<(ClientId, Key), u64>,
-    inbox: HashMap<MessageId, Fingerprint>,
-}
+/// The decider reads sled's tree, which holds every group the syncer applied, and the
+/// claims of the shards.
+impl Reads for Shared {
+    type Index = sled::Tree;
 
-/// One group in the making. Nothing here reaches the working state until it is sealed.
-#[derive(Default)]
-struct Staged {
-    group: Group,
-    /// The group's facts, by seq: put at the seal, as blocks ahead of the group's other
-    /// operations (`log::put_facts`).
-    facts: Vec<(u64, Vec<u8>)>,
-    written: Written,
-    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
-    /// The statement runs the group extends or starts, as the group leaves them, and the
-    /// records of those it filled: each is put once, at the seal.
-    tails: HashMap<Account, Tail>,
-    filled: Vec<(Vec<u8>, Vec<u8>)>,
-    answers: Vec<Pending>,
-}
-
-/// What is wrong with a group about to be sealed, if anything: its facts must take the
-/// seqs right after `sealed_last` (the last sealed one), in order and without a gap, up to
-/// `working_last` (the working stats' last seq); no user account may be left below zero.
-fn broken_group(
-    sealed_last: u64,
-    facts: &[(u64, Vec<u8>)],
-    accounts: &HashMap<Account, BTreeMap<Currency, i128>>,
-    working_last: u64,
-) -> Option<String> {
-    let first = sealed_last + 1;
-    let seqs_follow = facts
-        .iter()
-        .enumerate()
-        .all(|(i, (seq, _))| Some(*seq) == first.checked_add(i as u64));
-    if !seqs_follow || sealed_last + facts.len() as u64 != working_last {
-        return Some(format!(
-            "the group's facts are not seqs {first}..={working_last} (got {} facts, first {:?})",
-            facts.len(),
-            facts.first().map(|f| f.0)
-        ));
+    fn index(&self) -> &sled::Tree {
+        &self.tree
     }
-    accounts.iter().find_map(|(account, per)| {
-        let negative = !account.is_system() && per.values().any(|b| *b < 0);
-        negative.then(|| format!("{account} would be left below zero"))
-    })
+
+    fn claimed(&self, ck: &(ClientId, Key)) -> bool {
+        self.shard(ck).lock().claims.contains_key(ck)
+    }
+
+    fn corrupt(&self, e: DecodeError) -> LedgerError {
+        Shared::corrupt(self, e)
+    }
 }
 
 /// Makes everything applied to sled so far durable in sled's own files: sled's flush, then
@@ -480,14 +413,7 @@ impl Committer {
         };
         Self {
             shared,
-            next_quarantine,
-            next_group,
-            balances,
-            stats,
-            unapplied: VecDeque::new(),
-            last_group: 0,
-            tails: HashMap::new(),
-            tails_heap: 0,
+            decider: Decider::new(next_group, next_quarantine, balances, stats),
         }
     }
 
@@ -499,7 +425,7 @@ impl Committer {
         // and the next open creates the ledger again.
         let tree = &self.shared.tree;
         tree.insert(STATEMENTS_READY_KEY, &[][..]).map_err(io_err)?;
-        tree.insert(STATS_KEY, encode(&self.stats))
+        tree.insert(STATS_KEY, encode(self.decider.stats()))
             .map_err(io_err)?;
         flush_sled(&self.shared.db, self.shared.data_file.as_ref())
     }
@@ -526,7 +452,7 @@ impl Committer {
         // one journal record and one sync, however many commands it holds. Deciding goes
         // on meanwhile, so nothing waits that would not wait anyway.
         let mut staged = Staged::default();
-        let mut stats = me.stats.clone();
+        let mut stats = me.decider.stats().clone();
         loop {
             let first = if staged.answers.is_empty() {
                 // Idle: a leader may commit meanwhile, so the working stats are read
@@ -534,7 +460,7 @@ impl Committer {
                 let r = MutexGuard::unlocked(&mut me, || rx.recv());
                 let Ok(r) = r else { break };
                 lead.taken(r.count());
-                stats = me.stats.clone();
+                stats = me.decider.stats().clone();
                 r
             } else {
                 // The syncer is busy: stage what arrives until its token comes. Requests
@@ -587,7 +513,7 @@ impl Committer {
         // Replays and conflicts write nothing: their counts ride with the next group. At a
         // clean stop the ones counted since the last group get a group of their own (the
         // stats record alone), so that a restart finds them.
-        if me.shared.observed() != me.stats.observed {
+        if me.shared.observed() != me.decider.stats().observed {
             let (tx, _) = crossbeam_channel::bounded(1);
             staged.answers.push(Pending::Barrier(tx));
         }
@@ -608,34 +534,17 @@ impl Committer {
     /// last step of a verify).
     fn drain(&mut self, to_syncer: &Sender<Sealed>) {
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        let barrier = Sealed {
-            group: None,
-            answers: vec![Pending::Barrier(done_tx)],
-            accounts: HashMap::new(),
-            stats: self.stats.clone(),
-        };
+        let barrier = self.decider.barrier(vec![Pending::Barrier(done_tx)]);
         if to_syncer.send(barrier).is_ok() {
             let _ = done_rx.recv();
         }
         self.trim();
     }
 
-    /// Forgets what the groups sled now holds wrote: sled answers for them from here on.
+    /// Tells the decider which groups sled now holds: sled answers for them from here on.
     fn trim(&mut self) {
         let applied = self.shared.applied_group.load(Ordering::Acquire);
-        while self.unapplied.front().is_some_and(|(n, _)| *n <= applied) {
-            self.unapplied.pop_front();
-        }
-    }
-
-    /// What the group in the making, or the newest sealed group not yet in sled, wrote
-    /// under one record (`get` picks it out of a group's writes); `None`: sled decides.
-    fn written<'a, T>(
-        &'a self,
-        staged: &'a Staged,
-        get: impl Fn(&'a Written) -> Option<T>,
-    ) -> Option<T> {
-        get(&staged.written).or_else(|| self.unapplied.iter().rev().find_map(|(_, w)| get(w)))
+        self.decider.applied(applied);
     }
 
     /// Takes one request into the batch in the making, or runs it between two batches.
@@ -683,16 +592,10 @@ impl Committer {
                 payload,
                 reply,
             } => {
-                let id = self.next_quarantine;
-                self.next_quarantine += 1;
-                let record = Quarantined {
-                    id,
-                    at: self.shared.config.clock.now(),
-                    message_id,
-                    reason,
-                    payload,
-                };
-                staged.group.put(quarantine_key(id), encode(&record));
+                let now = self.shared.config.clock.now();
+                let id = self
+                    .decider
+                    .quarantine(staged, now, message_id, reason, payload);
                 staged.answers.push(Pending::Quarantine { reply, id });
             }
             Request::Command(queued) => self.take_command(queued, staged, stats),
@@ -724,7 +627,31 @@ impl Committer {
         let failed = self.shared.failed.lock().clone();
         let answer = match failed {
             Some(reason) => Err(LedgerError::Unavailable(reason)),
-            None => self.stage(staged, stats, &ck, command, fingerprint, message),
+            None => {
+                self.trim();
+                let now = self.shared.config.clock.now();
+                let shared = &*self.shared;
+                let answer = self.decider.decide(
+                    shared,
+                    staged,
+                    stats,
+                    now,
+                    &ck,
+                    &command,
+                    fingerprint,
+                    message,
+                );
+                match &answer {
+                    Ok(Submission::Reused) => {
+                        shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Submission::Replayed(_)) => {
+                        shared.replayed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+                answer
+            }
         };
         match answer {
             // Nothing was staged for it (a refund of a withdrawal in flight): answered
@@ -753,325 +680,6 @@ impl Committer {
         }
     }
 
-    /// Decides one command into the staged batch: the compare-and-swap on its key, then
-    /// the pure decision, then its fact, key record and projections.
-    fn stage(
-        &mut self,
-        staged: &mut Staged,
-        stats: &mut Stats,
-        ck: &(ClientId, Key),
-        command: Command,
-        fingerprint: Fingerprint,
-        message: Option<MessageId>,
-    ) -> Result<Submission> {
-        let (client, key) = ck;
-        self.trim();
-        if let Some(message_id) = &message
-            && let Some(refused) = self.reused_message(staged, message_id, client, key, &command)?
-        {
-            return Ok(refused);
-        }
-        // The compare: is the key taken, in this batch or on disk?
-        if let Some((stored, outcome)) = self.existing(staged, ck)? {
-            return Ok(match core::classify(Some(stored), fingerprint) {
-                Seen::Reused => {
-                    self.shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);
-                    Submission::Reused
-                }
-                _ => {
-                    self.note_message(staged, message, client, key, &command, outcome.seq());
-                    self.shared.replayed.fetch_add(1, Ordering::Relaxed);
-                    Submission::Replayed(outcome)
-                }
-            });
-        }
-        if self.withdrawal_in_flight(staged, ck, &command)? {
-            return Ok(Submission::InProgress {
-                retry_after: Duration::from_secs(1),
-            });
-        }
-        // The swap: decide and stage the fact with everything it changes.
-        let inputs = self.inputs(staged, client, &command)?;
-        let seq = stats.last_seq + 1;
-        let at = self.shared.config.clock.now().max(stats.last_at);
-        let fact = core::decide(client, key, &command, &inputs, seq, at);
-        let outcome = Outcome::from_fact(&fact);
-        self.stage_fact(staged, &fact, fingerprint);
-        stats.apply(&fact);
-        self.note_message(staged, message, client, key, &command, seq);
-        staged.written.keys.insert(ck.clone(), (fingerprint, fact));
-        Ok(Submission::Executed(outcome))
-    }
-
-    /// The refusal of a message whose id the inbox saw with another payload, kept in
-    /// quarantine with the reason in the same batch; `None` for a new id or a redelivery.
-    fn reused_message(
-        &mut self,
-        staged: &mut Staged,
-        message_id: &MessageId,
-        client: &ClientId,
-        key: &Key,
-        command: &Command,
-    ) -> Result<Option<Submission>> {
-        let mfp = message_fingerprint(client, key, command);
-        let seen = match self.written(staged, |w| w.inbox.get(message_id).copied()) {
-            Some(f) => Some(f),
-            None => match self
-                .shared
-                .tree
-                .get(inbox_key(message_id))
-                .map_err(io_err)?
-            {
-                Some(v) => Some(
-                    decode::<InboxRecord>("inbox record", &v)
-                        .map_err(|e| self.shared.corrupt(e))?
-                        .fingerprint,
-                ),
-                None => None,
-            },
-        };
-        if !seen.is_some_and(|f| f != mfp) {
-            return Ok(None);
-        }
-        let reason = "message_id_reused: this message id was delivered before with \
-                      another payload";
-        let id = self.next_quarantine;
-        self.next_quarantine += 1;
-        let record = Quarantined {
-            id,
-            at: self.shared.config.clock.now(),
-            message_id: Some(message_id.as_str().to_owned()),
-            reason: reason.into(),
-            payload: crate::fact::json::inbox_message(message_id, client, key, command),
-        };
-        staged.group.put(quarantine_key(id), encode(&record));
-        Ok(Some(Submission::Quarantined {
-            reason: reason.into(),
-        }))
-    }
-
-    /// What the key holds, in a group not yet in sled or in sled: its command's
-    /// fingerprint and its answer; `None` for a key not done.
-    fn existing(
-        &self,
-        staged: &Staged,
-        ck: &(ClientId, Key),
-    ) -> Result<Option<(Fingerprint, Outcome)>> {
-        if let Some((f, fact)) = self.written(staged, |w| w.keys.get(ck)) {
-            return Ok(Some((*f, Outcome::from_fact(fact))));
-        }
-        let Some(bytes) = self
-            .shared
-            .tree
-            .get(scoped_key(P_KEY, &ck.0, ck.1.as_str()))
-            .map_err(io_err)?
-        else {
-            return Ok(None);
-        };
-        let rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
-        Ok(Some((
-            rec.fingerprint,
-            self.shared.stored_outcome(rec.seq)?,
-        )))
-    }
-
-    /// Stages a decided fact with its key record, balances and refunded total.
-    fn stage_fact(&self, staged: &mut Staged, fact: &Fact, fingerprint: Fingerprint) {
-        let (client, key, seq) = (&fact.client, &fact.key, fact.seq);
-        staged.facts.push((seq, fact.encode()));
-        let record = KeyRecord {
-            seq,
-            at: fact.at,
-            fingerprint,
-            expired: false,
-        };
-        staged
-            .group
-            .put(scoped_key(P_KEY, client, key.as_str()), record.encode());
-        if let Some(line) = crate::projection::statement_line(fact) {
-            let account = line.account;
-            match staged.tails.get_mut(account) {
-                Some(tail) => {
-                    if !tail.push(seq) {
-                        let full = std::mem::replace(tail, Tail::start(seq));
-                        staged.filled.push(full.record(account));
-                    }
-                }
-                None => {
-                    // The account's run as the working state has it, copied on its first
-                    // movement in this group.
-                    let tail = match self.tails.get(account) {
-                        Some(tail) => {
-                            let mut tail = tail.clone();
-                            if !tail.push(seq) {
-                                tail = Tail::start(seq);
-                            }
-                            tail
-                        }
-                        None => Tail::start(seq),
-                    };
-                    staged.tails.insert(account.clone(), tail);
-                }
-            }
-        }
-        for (account, currency, delta) in crate::projection::legs(fact) {
-            // Copy the account's balances from the working state only on its first touch
-            // in this group; later commands on it reuse the staged copy.
-            let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
-                self.balances
-                    .accounts
-                    .get(account)
-                    .cloned()
-                    .unwrap_or_default()
-            });
-            let b = entry.entry(currency).or_insert(0);
-            *b = b.saturating_add(delta);
-            // Its record is put once per group, at the seal: nearly every command moves
-            // a system account too, whose balance would be put (and inserted into sled)
-            // once per command.
-        }
-        if let FactBody::RefundRecorded {
-            withdrawal,
-            refunded_total,
-            ..
-        } = &fact.body
-        {
-            let wk = (client.clone(), withdrawal.clone());
-            staged.written.refunded.insert(wk, *refunded_total);
-            staged.group.put(
-                scoped_key(P_REFUNDED, client, withdrawal.as_str()),
-                refunded_total.to_be_bytes().to_vec(),
-            );
-        }
-    }
-
-    fn note_message(
-        &self,
-        staged: &mut Staged,
-        message: Option<MessageId>,
-        client: &ClientId,
-        key: &Key,
-        command: &Command,
-        seq: u64,
-    ) {
-        if let Some(message_id) = message {
-            let fingerprint = message_fingerprint(client, key, command);
-            staged.group.put(
-                inbox_key(&message_id),
-                encode(&InboxRecord { fingerprint, seq }),
-            );
-            staged.written.inbox.insert(message_id, fingerprint);
-        }
-    }
-
-    /// Whether `command` is a refund whose withdrawal is claimed and not decided yet: its
-    /// key (the refund's client, the withdrawal's key) has a claim but no record, in a
-    /// group not yet in sled or in sled. That happens when the refund overtook its withdrawal: the
-    /// withdrawal was claimed, but queued after the refund. Deciding now would store
-    /// `withdrawal_not_found` for ever under the refund's key, so the refund is told to
-    /// come again instead. A refund that names its own key sees its own claim, which is
-    /// no withdrawal. The claim is looked at first: a withdrawal that is not in flight
-    /// costs no read.
-    fn withdrawal_in_flight(
-        &self,
-        staged: &Staged,
-        ck: &(ClientId, Key),
-        command: &Command,
-    ) -> Result<bool> {
-        let Command::Refund { withdrawal, .. } = command else {
-            return Ok(false);
-        };
-        let wk = (ck.0.clone(), withdrawal.clone());
-        if wk == *ck || !self.shared.shard(&wk).lock().claims.contains_key(&wk) {
-            return Ok(false);
-        }
-        if self.written(staged, |w| w.keys.get(&wk)).is_some() {
-            return Ok(false);
-        }
-        let on_disk = self
-            .shared
-            .tree
-            .contains_key(scoped_key(P_KEY, &wk.0, wk.1.as_str()))
-            .map_err(io_err)?;
-        Ok(!on_disk)
-    }
-
-    /// Loads what the decision reads: the account, and for a refund its withdrawal.
-    fn inputs(&self, staged: &Staged, client: &ClientId, command: &Command) -> Result<Inputs> {
-        let account_view = |account: &Account| -> Option<AccountView> {
-            match staged.accounts.get(account) {
-                Some(per) => per.iter().next().map(|(c, b)| AccountView {
-                    currency: *c,
-                    balance: u128::try_from(*b).unwrap_or(0),
-                }),
-                None => self.balances.user_account(account),
-            }
-        };
-        Ok(match command {
-            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => Inputs {
-                account: account_view(account),
-                withdrawal: None,
-            },
-            Command::Refund { withdrawal, .. } => {
-                let wk = (client.clone(), withdrawal.clone());
-                let fact = match self.written(staged, |w| w.keys.get(&wk)) {
-                    Some((_, fact)) => Some(fact.clone()),
-                    None => match self
-                        .shared
-                        .tree
-                        .get(scoped_key(P_KEY, client, withdrawal.as_str()))
-                        .map_err(io_err)?
-                    {
-                        None => None,
-                        Some(bytes) => {
-                            let rec =
-                                KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
-                            self.shared.fact(rec.seq)?
-                        }
-                    },
-                };
-                let view = match fact.map(|f| f.body) {
-                    Some(FactBody::WithdrawalRecorded {
-                        account,
-                        amount,
-                        currency,
-                        ..
-                    }) => {
-                        let refunded = match self.written(staged, |w| w.refunded.get(&wk).copied())
-                        {
-                            Some(r) => r,
-                            None => match self
-                                .shared
-                                .tree
-                                .get(scoped_key(P_REFUNDED, client, withdrawal.as_str()))
-                                .map_err(io_err)?
-                            {
-                                None => 0,
-                                Some(v) => {
-                                    u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
-                                        self.shared
-                                            .corrupt(DecodeError::new("refunded total", "length"))
-                                    })?)
-                                }
-                            },
-                        };
-                        Some(WithdrawalView {
-                            account,
-                            currency,
-                            amount,
-                            refunded,
-                        })
-                    }
-                    _ => None,
-                };
-                Inputs {
-                    account: view.as_ref().and_then(|w| account_view(&w.account)),
-                    withdrawal: view,
-                }
-            }
-        })
-    }
-
     /// Seals the staged commands as the next journal group and hands it to the syncer.
     fn seal(&mut self, staged: Staged, stats: &mut Stats, to_syncer: &Sender<Sealed>) {
         let Some(sealed) = self.seal_group(staged, stats) else {
@@ -1083,84 +691,33 @@ impl Committer {
     }
 
     /// Seals the staged commands as the next journal group; `None`: nothing to write
-    /// (nothing staged, or the store failed and the staged commands were told so). The
-    /// working state takes the group at once: the next decisions build on it, reading
-    /// what sled does not hold yet from `unapplied`.
+    /// (nothing staged, or the store failed and the staged commands were told so).
     fn seal_group(&mut self, staged: Staged, stats: &mut Stats) -> Option<Sealed> {
         if staged.answers.is_empty() {
             return None;
         }
-        let Staged {
-            mut group,
-            facts,
-            written,
-            accounts,
-            tails,
-            filled,
-            answers,
-        } = staged;
-        // What the group is about to make durable is checked first, in release builds
-        // too: a broken invariant stops the writes as a storage failure does, rather than
-        // writing a wrong ledger.
-        if let Some(broken) = broken_group(self.stats.last_seq, &facts, &accounts, stats.last_seq) {
-            self.shared
-                .fail(format!("invariant broken, nothing written: {broken}"));
-        }
         if let Some(reason) = self.shared.failed.lock().clone() {
             // Nothing more is written: the working state stays as it was, and the staged
             // commands are told the store failed.
-            *stats = self.stats.clone();
-            answer_all(&self.shared, answers, &LedgerError::Unavailable(reason));
+            *stats = self.decider.stats().clone();
+            answer_all(&self.shared, staged.answers, &LedgerError::Unavailable(reason));
             return None;
         }
-        stats.observed = self.shared.observed();
-        self.last_group = answers.iter().filter(|a| a.is_command()).count();
-        group.number = self.next_group;
-        group.seqs = self.stats.last_seq + 1..stats.last_seq + 1;
-        super::log::put_facts(&mut group, facts);
-        // Each account's balances as the group leaves them, once: values are absolute, so
-        // one put per account holds what a put per movement would.
-        for (account, per) in &accounts {
-            for (currency, balance) in per {
-                group.put(
-                    account_key(account, *currency),
-                    balance.to_be_bytes().to_vec(),
-                );
+        match self.decider.seal(staged, stats, self.shared.observed()) {
+            Ok(sealed) => {
+                let (entries, heap) = self.decider.tails_use();
+                self.shared.note_tails(entries, heap);
+                sealed
+            }
+            Err(broken) => {
+                // A broken invariant stops the writes as a storage failure does.
+                let e = self
+                    .shared
+                    .fail(format!("invariant broken, nothing written: {}", broken.reason));
+                answer_all(&self.shared, broken.answers, &e);
+                None
             }
         }
-        // Each statement run as the group leaves it, once, and those it filled.
-        for (key, value) in filled {
-            group.put(key, value);
-        }
-        for (account, tail) in &tails {
-            let (key, value) = tail.record(account);
-            group.put(key, value);
-        }
-        group.put(STATS_KEY, encode(&*stats));
-        self.next_group += 1;
-        if self.tails.len() + tails.len() > TAILS_MAX {
-            self.tails.clear();
-            self.tails_heap = 0;
-        }
-        for (account, tail) in tails {
-            let heap = tail.heap() as u64;
-            match self.tails.insert(account, tail) {
-                Some(old) => self.tails_heap = self.tails_heap - old.heap() as u64 + heap,
-                None => self.tails_heap += heap,
-            }
-        }
-        self.shared.note_tails(self.tails.len(), self.tails_heap);
-        for (account, per) in &accounts {
-            self.balances.accounts.insert(account.clone(), per.clone());
-        }
-        self.stats = stats.clone();
-        self.unapplied.push_back((group.number, written));
-        Some(Sealed {
-            group: Some(group),
-            answers,
-            accounts,
-            stats: stats.clone(),
-        })
     }
 
     /// Stages the expiry of keys whose answers are older than the retention.
@@ -1169,35 +726,9 @@ impl Committer {
             return Err(LedgerError::Unavailable(reason));
         }
         let now = self.shared.config.clock.now();
-        let horizon = now.saturating_sub_ms(duration_ms(self.shared.config.retention));
-        let mut expired = 0usize;
-        let mut cursor = stats.sweep_cursor;
-        let facts = super::log::Facts::new(&self.shared.tree, cursor + 1, stats.last_seq);
-        for item in facts.map_err(io_err)?.take(10_000) {
-            let entry = item
-                .map_err(io_err)?
-                .map_err(|d| self.shared.corrupt(d.error))?;
-            let seq = entry.seq;
-            let fact = entry.decode().map_err(|e| self.shared.corrupt(e))?;
-            // Facts are recorded with non-decreasing time, so the first one inside the
-            // retention ends the sweep.
-            if fact.at > horizon {
-                break;
-            }
-            let kk = scoped_key(P_KEY, &fact.client, fact.key.as_str());
-            if let Some(bytes) = self.shared.tree.get(&kk).map_err(io_err)? {
-                let mut rec = KeyRecord::decode(&bytes).map_err(|e| self.shared.corrupt(e))?;
-                if !rec.expired {
-                    rec.expired = true;
-                    staged.group.put(kk, rec.encode());
-                    stats.expire_one();
-                    expired += 1;
-                }
-            }
-            cursor = seq;
-        }
-        stats.sweep_cursor = cursor;
-        Ok(expired)
+        let retention = duration_ms(self.shared.config.retention);
+        let shared = &*self.shared;
+        self.decider.sweep(shared, staged, stats, now, retention)
     }
 }
 
@@ -1662,51 +1193,5 @@ fn answer_all(shared: &Shared, answers: Vec<Pending>, e: &LedgerError) {
                 let _ = tx.send(());
             }
         }
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_group_is_sealed_only_with_its_seqs_in_order_and_no_balance_below_zero() {
-        let facts = |seqs: &[u64]| -> Vec<(u64, Vec<u8>)> {
-            seqs.iter().map(|s| (*s, Vec::new())).collect()
-        };
-        let rub = Currency::parse("RUB").unwrap();
-        let balance = |name: &str, b: i128| {
-            HashMap::from([(
-                Account::parse_any(name).unwrap(),
-                BTreeMap::from([(rub, b)]),
-            )])
-        };
-        let none = HashMap::new();
-        // Whole: the next seqs, or no fact at all (a quarantine, a sweep).
-        assert_eq!(broken_group(7, &facts(&[8, 9, 10]), &none, 10), None);
-        assert_eq!(broken_group(7, &[], &none, 7), None);
-        assert_eq!(
-            broken_group(7, &facts(&[8]), &balance("@world", -5), 8),
-            None
-        );
-        assert_eq!(broken_group(0, &facts(&[1]), &balance("alice", 0), 1), None);
-        // Broken: a gap, a repeat, out of order, a seq already sealed, stats that disagree,
-        // a user account below zero.
-        for (sealed, seqs, working) in [
-            (7, &[8, 10][..], 10),
-            (7, &[8, 8][..], 9),
-            (7, &[9, 8][..], 9),
-            (7, &[7][..], 8),
-            (7, &[8, 9][..], 10),
-            (7, &[][..], 8),
-        ] {
-            assert!(
-                broken_group(sealed, &facts(seqs), &none, working).is_some(),
-                "{sealed} {seqs:?} {working}"
-            );
-        }
-        let below = broken_group(7, &facts(&[8]), &balance("alice", -1), 8).unwrap();
-        assert_eq!(below, "alice would be left below zero");
     }
 }

@@ -15,6 +15,7 @@ use std::ops::Range;
 
 use sled::IVec;
 
+use super::index::{Index, Record};
 use super::journal::{Group, Op, put_varint, take_varint};
 use super::records::{P_FACT, fact_key, seq_of};
 use crate::fact::{DecodeError, Fact};
@@ -111,25 +112,29 @@ fn entries(k: &[u8], record: IVec) -> Result<Vec<Entry>, Damage> {
 
 /// The facts with seq in `from..=to`, in order: each item a fact, or a record that could
 /// not be read (after which reading goes on with the next record).
-pub(super) struct Facts {
-    records: sled::Iter,
+pub(super) struct Facts<R = sled::Iter> {
+    records: R,
     from: u64,
     to: u64,
     pending: std::vec::IntoIter<Entry>,
 }
 
 impl Facts {
-    pub(super) fn new(tree: &sled::Tree, from: u64, to: u64) -> sled::Result<Self> {
+    pub(super) fn new<I: Index>(
+        index: &I,
+        from: u64,
+        to: u64,
+    ) -> sled::Result<Facts<I::Range<'_>>> {
         // The record holding `from` may be a block that starts before it.
-        let start = match tree.range(fact_key(0)..=fact_key(from)).next_back() {
+        let start = match index.records(&fact_key(0), &fact_key(from)).next_back() {
             Some(item) => {
                 let (k, _) = item?;
                 seq_of(&k).unwrap_or(from)
             }
             None => from,
         };
-        Ok(Self {
-            records: tree.range(fact_key(start)..=fact_key(to)),
+        Ok(Facts {
+            records: index.records(&fact_key(start), &fact_key(to)),
             from,
             to,
             pending: Vec::new().into_iter(),
@@ -137,7 +142,7 @@ impl Facts {
     }
 }
 
-impl Iterator for Facts {
+impl<R: Iterator<Item = sled::Result<Record>>> Iterator for Facts<R> {
     type Item = sled::Result<Result<Entry, Damage>>;
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -165,8 +170,11 @@ impl Iterator for Facts {
 }
 
 /// The fact numbered `seq`, if the log holds it.
-pub(super) fn fact(tree: &sled::Tree, seq: u64) -> sled::Result<Result<Option<Fact>, Damage>> {
-    let Some(item) = tree.range(fact_key(0)..=fact_key(seq)).next_back() else {
+pub(super) fn fact(
+    index: &impl Index,
+    seq: u64,
+) -> sled::Result<Result<Option<Fact>, Damage>> {
+    let Some(item) = index.records(&fact_key(0), &fact_key(seq)).next_back() else {
         return Ok(Ok(None));
     };
     let (k, v) = item?;

@@ -58,6 +58,12 @@ macro_rules! crash_point {
 
 mod blocking;
 mod committer;
+// Public but hidden, as the journal: the deterministic simulation drives the decider over
+// an index in memory.
+#[doc(hidden)]
+pub mod decider;
+#[doc(hidden)]
+pub mod index;
 // Public but hidden: the journal's format and recovery are the store's internals, reached
 // from outside only by its tests and benchmarks.
 #[doc(hidden)]
@@ -1338,7 +1344,7 @@ impl Store for SledStore {
         let balances = balances_use(&self.shared.state.read().balances);
         // A run: its account (name on the heap) and its value, of at most `RUN_BYTES`.
         let tail_slot = std::mem::size_of::<(Account, statements::Tail)>();
-        let tails_max = committer::TAILS_MAX as u64;
+        let tails_max = decider::TAILS_MAX as u64;
         let tails_n = self.shared.tails.load(Ordering::Relaxed);
         let mut tails = use_of(
             "statement_tails",
