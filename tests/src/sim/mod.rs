@@ -4,10 +4,10 @@
 //! refunds, each under its own key), an at-least-once broker, a lossy network and a worker
 //! whose store can crash at any of its six crash points (around the journal's write and
 //! sync, after the apply to sled, and in a checkpoint) or between two commits. The store
-//! is simulated (`store.rs`) with the sled store's semantics, its journal and sled's disk
-//! two files that each lose what was not synced, independently; but every decision is
-//! made by the real pure core (`ledger::core::classify`, `ledger::core::decide`) and every
-//! answer rendered by the real `Outcome::from_fact` and `ledger::fact::json::outcome`.
+//! (`store.rs`) is the sled store's own decider (`ledger::store::sled::decider`), which
+//! makes every decision and group and renders every answer, driven step by step over an
+//! index in memory, with its journal and sled's disk two files that each lose what was not
+//! synced, independently.
 //! After every step, and after a final phase that retries every unresolved intent with its
 //! own key until it is resolved, the reference model (`model.rs`) checks: after every
 //! crash the ledger opens to exactly the journal's durable end, one effect per intent, no
@@ -27,7 +27,9 @@ mod world;
 pub use rng::Rng;
 pub use store::Point;
 
-/// A bug planted in the simulated store, to prove that the checker can fail.
+/// A bug planted around the decider (in what drives it, the files, or what it reads), to
+/// prove that the checker can fail. Bugs in the decider itself are its mutations, which
+/// `cargo mutants` makes (docs/testing.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mutation {
     /// The real store.
@@ -35,8 +37,6 @@ pub enum Mutation {
     /// The compare forgets the fingerprint: another command under a done key is answered
     /// with the stored outcome instead of `idempotency_key_reused`.
     ReuseIsReplay,
-    /// A message skips the compare on its key: a redelivery executes again.
-    RedeliveryExecutesAgain,
     /// A crash also loses the journal's last synced record, as after a power cut when the
     /// journal's sync did not reach the disk.
     LoseSyncedGroup,
@@ -49,28 +49,18 @@ pub enum Mutation {
     /// writing its base first, so an index rebuilt after a crash that damaged sled's files
     /// misses groups the journal no longer holds.
     CheckpointDeletesNeeded,
-    /// The sweep deletes expired key records instead of marking them.
-    SweepForgetsKey,
-    /// A refund's decision does not see earlier refunds of its withdrawal.
-    ForgetRefunds,
-    /// A fact takes the clock's time even when it is earlier than the last fact's.
-    ClockNotClamped,
     /// A refund whose withdrawal is claimed and not decided yet is decided anyway, as
     /// `withdrawal_not_found`, instead of being told to come again.
     RefundOvertakesWithdrawal,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 6] = [
         Mutation::ReuseIsReplay,
-        Mutation::RedeliveryExecutesAgain,
         Mutation::LoseSyncedGroup,
         Mutation::AnswerBeforeJournalSync,
         Mutation::ApplyBeforeJournalSync,
         Mutation::CheckpointDeletesNeeded,
-        Mutation::SweepForgetsKey,
-        Mutation::ForgetRefunds,
-        Mutation::ClockNotClamped,
         Mutation::RefundOvertakesWithdrawal,
     ];
 }

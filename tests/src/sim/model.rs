@@ -331,10 +331,16 @@ impl Model {
             }
         }
         for (id, intent) in &self.acked {
+            // The inbox record names the fact that answers the message: its key's.
+            let answered_by = |r: &ledger::store::sled::index::InboxRecord| {
+                data.facts
+                    .get(&r.seq)
+                    .map(|f| (f.client.clone(), f.key.clone()))
+            };
             if data
                 .inbox
                 .get(id)
-                .is_none_or(|r| r.ck != self.specs[*intent].ck)
+                .is_none_or(|r| answered_by(r).as_ref() != Some(&self.specs[*intent].ck))
             {
                 return Err(format!(
                     "on disk: acknowledged message {id} is not in the inbox: a redelivery \

@@ -1,63 +1,63 @@
-//! The simulated store: the sled store's semantics (ledger/src/store/sled/) without sled,
-//! threads or a disk, so that one seeded run can put a crash between any two of its steps.
+//! The simulated store: the sled store's decider (`ledger`'s own
+//! `store::sled::decider::Decider`) driven step by step, over an index in memory instead
+//! of sled, with the journal and sled's disk as two simulated files, so that one seeded
+//! run can put a crash between any two of the store's steps.
 //!
-//! What it mirrors, record for record: key records `{seq, at, fingerprint, expired}`, the
-//! gapless fact log, balances per (account, currency), refunded totals per withdrawal, the
-//! inbox by message id, the stats record written with every group; claims with a lease and
-//! the answer cache in memory. Decisions are the real `ledger::core::classify` and
-//! `ledger::core::decide`, answers the real `Outcome::from_fact`, so the code under test is
-//! the ledger's own.
+//! What is the product's, not a copy: every decision (the compare on the key, the inbox's
+//! ids, the refund bound, a refund whose withdrawal is in flight, the sweep), every group
+//! (its records, their encodings and keys, its number and seqs, the checks before it is
+//! sealed) and every answer. What this file drives is what the sled store's threads do:
+//! the claims and the answer cache of `SledStore::submit_with`, the queue, the syncer's
+//! turn (write, sync, apply, answer, in that order) and the checkpoint.
 //!
-//! The commit path is the journal's: the decider stages at most `batch_max` commands with
-//! the compare-and-swap on the key against its working view, and seals them as one journal
-//! group with the next group number (1, 2, 3, ..., no gap); its view is sled's memory plus
-//! every sealed group not yet applied to sled (an overlay read before sled). The syncer,
-//! for each sealed group in order, writes it to the journal, syncs the journal, applies the
-//! group to sled's memory one insert at a time, and only then answers everyone in the group and releases their claims (but for a refund
-//! whose withdrawal is still in flight, told 409 at once with nothing staged). A blocking
-//! caller that finds the committer idle leads (`committer::Lead`): the world's `Lead` step
-//! is one decider turn over the one queued command, with no sealed group unwritten,
-//! followed at once by the syncer's turn for it. sled is
-//! never flushed on the commit path. A checkpoint, now and then, takes the last group
-//! applied to sled, flushes sled and records that group in it (`v.journal`), then compacts
-//! the journal: it writes a base (sled's state at that group, durable before anything is
-//! deleted) and deletes the journal's segments (of a few groups each, per seed) whose
-//! groups are all at or below it, never the one appended to. The base and the journal
-//! after it are the log of record.
+//! The commit path is the journal's: the decider stages at most `batch_max` commands and
+//! seals them as one group with the next number (1, 2, 3, ..., no gap); it reads sled's
+//! memory (the index the syncer applied groups to) and, before it, every sealed group not
+//! applied yet. The syncer, for each sealed group in order, writes it to the journal,
+//! syncs the journal, applies the group to sled's memory, and only then answers everyone
+//! in the group and releases their claims (but for a refund whose withdrawal is still in
+//! flight, told 409 at once with nothing staged). A blocking caller that finds the
+//! committer idle leads (`committer::Lead`): the world's `Lead` step is one decider turn
+//! over the one queued command, followed at once by the syncer's turn for it. sled is
+//! never flushed on the commit path. A checkpoint takes the last group applied to sled,
+//! flushes sled and records that group, then compacts the journal: it writes a base
+//! (sled's state at that group, durable before anything is deleted) and deletes the
+//! journal's segments (of a few groups each, per seed) whose groups are all at or below
+//! it, never the one appended to. The base and the journal after it are the log of record.
 //!
 //! Two files, each losing what was not synced, independently of the other:
 //!
 //! - the journal keeps every synced record; a record written and not synced when the
 //!   process dies survives whole, torn (cut off at recovery) or not at all;
 //! - sled's disk keeps what the last checkpoint flushed, and as sled writes its buffers in
-//!   the background, possibly more: after a crash it holds any of the writes of the groups
-//!   applied to its memory since (none, all, or some of each group, at random), and
-//!   records the last checkpoint's group. Here each fact is a write of its own; the sled
-//!   store writes a group's facts as blocks of several, so every set of writes it can
-//!   leave on disk is one this model leaves too. And one crash in four leaves sled's files
+//!   the background, possibly more: after a crash it holds any of the records of the
+//!   groups applied to its memory since (none, all, or some of each group, at random), and
+//!   records the last checkpoint's group. And one crash in four leaves sled's files
 //!   damaged (a torn or reordered write that sled cannot open).
 //!
 //! Recovery opens sled's disk, reads the checkpoint's group it records and replays every
 //! journal group after it (groups carry absolute values, so a replay is idempotent). When
 //! sled's files are damaged, or the journal does not continue sled, it rebuilds the index
 //! from the base and every journal group after it, as the sled store's open does; a
-//! journal that does not continue its base is refused, and a ledger that opens to anything but the journal's
-//! durable end is refused by the checker: `durable` is that end, the fold of every group
-//! the journal holds durably, and it is what the reference model checks after every step
-//! (every acknowledged outcome must be in it). `sled` is sled's memory and `view` the
-//! decider's; a crash loses both, and the queue, the claims and the answer cache. A
-//! submission answered at once (a replay, a conflict) reads sled's memory, which holds
-//! only groups durable in the journal; the decider reads its view.
+//! journal that does not continue its base is refused, and a ledger that opens to anything
+//! but the journal's durable end is refused by the checker: `durable` is that end, the
+//! fold of every group the journal holds durably, and it is what the reference model
+//! checks after every step (every acknowledged outcome must be in it). `sled` is sled's
+//! memory and `view` the decider's working state, decoded; a crash loses both, and the
+//! queue, the claims and the answer cache. A submission answered at once (a replay, a
+//! conflict) reads sled's memory, which holds only groups durable in the journal.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
-use ledger::core::{self, AccountView, Inputs, Seen, WithdrawalView};
-use ledger::projection::legs;
+use ledger::core::{self, Seen};
+use ledger::store::sled::decider::{Decider, Reads, Sealed, Staged};
+use ledger::store::sled::index::{Decoded, InboxRecord, KeyRecord, MemIndex, decode_record};
+use ledger::store::sled::journal::{Group, Op};
 use ledger::{
-    Account, Balances, ClientId, Command, Currency, Fact, FactBody, Fingerprint, Key, MessageId,
-    Outcome, Stats, Submission, Timestamp,
+    Balances, ClientId, Command, Fact, Fingerprint, Key, LedgerError, MessageId, Observed, Outcome,
+    Stats, Submission, Timestamp,
 };
 
 use super::Mutation;
@@ -125,93 +125,97 @@ impl Point {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyRecord {
-    pub seq: u64,
-    pub at: Timestamp,
-    pub fingerprint: Fingerprint,
-    pub expired: bool,
-}
-
-/// What the inbox remembers of a message: the real store keeps a hash of (client, key,
-/// command); keeping the parts themselves compares the same and costs no hashing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InboxRecord {
-    pub ck: Ck,
-    pub fingerprint: Fingerprint,
-    pub seq: u64,
-}
-
-/// Everything sled holds, one map per record prefix, and the last group applied to it.
+/// An index decoded: what the reference model checks. Kept up to date group by group (each
+/// record decoded by the product's own `decode_record`), and decoded whole after a
+/// recovery.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Data {
-    /// The number of the last group applied, recorded in the same atomic batch.
+    /// The number of the last group applied.
     pub group: u64,
     pub facts: BTreeMap<u64, Fact>,
     pub keys: BTreeMap<Ck, KeyRecord>,
     pub balances: Balances,
     pub refunded: BTreeMap<Ck, u64>,
     pub inbox: BTreeMap<MessageId, InboxRecord>,
+    /// Quarantined messages, by id.
     pub quarantined: u64,
     pub stats: Stats,
 }
 
-/// One record written by a group.
-#[derive(Debug, Clone)]
-enum Write {
-    Fact(Fact),
-    Key(Ck, KeyRecord),
-    /// Only [`Mutation::SweepForgetsKey`] writes this.
-    ForgetKey(Ck),
-    Balance(Account, Currency, i128),
-    Refunded(Ck, u64),
-    Inbox(MessageId, InboxRecord),
-    /// The count of quarantined messages, absolute like every value a group carries.
-    Quarantine(u64),
-    Stats(Stats),
-}
-
 impl Data {
-    fn apply(&mut self, record: &Record) {
-        for w in record.writes.iter() {
-            self.write(w);
+    /// Applies a group's records; an error names one that could not be read.
+    fn apply(&mut self, group: &Group) -> Result<(), String> {
+        for op in &group.ops {
+            match op {
+                Op::Put { key, value } => self.put(decode_record(key, value)?),
+                Op::Remove { key } => {
+                    return Err(format!("group {} removes {key:?}", group.number));
+                }
+            }
         }
-        self.group = record.number;
+        self.group = group.number;
+        Ok(())
     }
 
-    fn write(&mut self, w: &Write) {
-        match w {
-            Write::Fact(f) => {
-                self.facts.insert(f.seq, f.clone());
+    fn put(&mut self, record: Decoded) {
+        match record {
+            Decoded::Facts(facts) => {
+                for f in facts {
+                    self.facts.insert(f.seq, f);
+                }
             }
-            Write::Key(ck, rec) => {
-                self.keys.insert(ck.clone(), rec.clone());
+            Decoded::Key(client, key, rec) => {
+                self.keys.insert((client, key), rec);
             }
-            Write::ForgetKey(ck) => {
-                self.keys.remove(ck);
-            }
-            Write::Balance(account, currency, b) => {
+            Decoded::Balance(account, currency, b) => {
                 self.balances
                     .accounts
-                    .entry(account.clone())
+                    .entry(account)
                     .or_default()
-                    .insert(*currency, *b);
+                    .insert(currency, b);
             }
-            Write::Refunded(ck, total) => {
-                self.refunded.insert(ck.clone(), *total);
+            Decoded::Refunded(client, key, total) => {
+                self.refunded.insert((client, key), total);
             }
-            Write::Inbox(id, rec) => {
-                self.inbox.insert(id.clone(), rec.clone());
+            Decoded::Inbox(id, rec) => {
+                self.inbox.insert(id, rec);
             }
-            Write::Quarantine(total) => self.quarantined = *total,
-            Write::Stats(s) => self.stats = s.clone(),
+            Decoded::Quarantined(id) => self.quarantined = self.quarantined.max(id),
+            Decoded::Stats(s) => self.stats = s,
+            Decoded::Derived => {}
         }
+    }
+
+    /// A whole index decoded, as an open finds it; `group` is the last group it holds.
+    fn of(index: &MemIndex, group: u64) -> Result<Self, String> {
+        let mut data = Data {
+            group,
+            ..Data::default()
+        };
+        for (k, v) in &index.map {
+            data.put(decode_record(k, v)?);
+        }
+        Ok(data)
     }
 
     /// The key's answer, rendered from its fact; `None` when the fact is missing, which the
     /// real store reports as corruption.
     pub fn outcome(&self, rec: &KeyRecord) -> Option<Outcome> {
         self.facts.get(&rec.seq).map(Outcome::from_fact)
+    }
+}
+
+/// An index with the number of the last group it holds.
+#[derive(Debug, Clone, Default)]
+struct Disk {
+    index: MemIndex,
+    group: u64,
+}
+
+impl Disk {
+    fn apply(&mut self, group: &Group) {
+        self.index.apply(group);
+        self.group = group.number;
     }
 }
 
@@ -243,40 +247,46 @@ struct Request {
     ticket: Ticket,
 }
 
-/// An answer held until its group is durable and applied.
+/// An answer a sealed group holds until it is durable and applied: a command's, or the
+/// sweep's (which has nobody to tell here).
 #[derive(Debug, Clone)]
-struct Pending {
-    ticket: Ticket,
-    ck: Ck,
-    token: u64,
-    fingerprint: Fingerprint,
-    answer: Answer,
+#[allow(clippy::large_enum_variant)] // Nearly every answer held is a command's.
+enum Held {
+    Command {
+        ticket: Ticket,
+        ck: Ck,
+        token: u64,
+        fingerprint: Fingerprint,
+        answer: Answer,
+    },
+    Sweep,
 }
 
-/// What a group writes: the payload of its journal record, and the batch sled applies.
-/// Shared between the overlay, the journal and sled's unflushed groups.
-#[derive(Debug, Clone)]
-struct Record {
-    number: u64,
-    writes: Rc<[Write]>,
+/// What the decider reads: sled's memory, and the claims (hidden from it by the planted
+/// bug that lets a refund overtake its withdrawal).
+struct SimReads<'a> {
+    index: &'a MemIndex,
+    claims: &'a HashMap<Ck, Claim>,
+    hide_claims: bool,
 }
 
-/// A sealed group on its way through the syncer, with the answers it holds back.
-#[derive(Debug)]
-struct Group {
-    record: Record,
-    answers: Vec<Pending>,
-}
+impl Reads for SimReads<'_> {
+    type Index = MemIndex;
 
-/// One group in the making: what its commands see of each other before it is sealed.
-#[derive(Default)]
-struct Staged {
-    writes: Vec<Write>,
-    keys: HashMap<Ck, (Fingerprint, Fact)>,
-    accounts: HashMap<Account, BTreeMap<Currency, i128>>,
-    refunded: HashMap<Ck, u64>,
-    inbox: HashMap<MessageId, InboxRecord>,
-    quarantined: Option<u64>,
+    fn index(&self) -> &MemIndex {
+        self.index
+    }
+
+    fn claimed(&self, ck: &Ck) -> bool {
+        !self.hide_claims && self.claims.contains_key(ck)
+    }
+
+    fn corrupt(&self, e: ledger::fact::DecodeError) -> LedgerError {
+        LedgerError::Corrupt {
+            path: "the simulated index".into(),
+            detail: e.to_string(),
+        }
+    }
 }
 
 pub struct SimStore {
@@ -289,29 +299,34 @@ pub struct SimStore {
     /// crash the ledger must open to exactly this.
     durable: Data,
     /// The journal's records on disk, in order, from the oldest segment not deleted.
-    journal: VecDeque<Record>,
+    journal: VecDeque<Rc<Group>>,
     /// sled's disk as the last flush (a checkpoint's, or the state recovery found) left it.
-    sled_disk: Data,
+    sled_disk: Disk,
     /// sled's files were damaged by the last crash: the next open rebuilds them.
     sled_damaged: bool,
-    /// The journal's base: the state the groups up to its group left, durable; with the
+    /// The journal's base: the index the groups up to its group left, durable; with the
     /// journal's groups after it, the log of record.
-    base: Data,
+    base: Disk,
     /// Groups applied to sled's memory since `sled_disk`, oldest first: sled may have
-    /// written any prefix of them by the time the process dies.
-    unflushed: Vec<Record>,
-    /// sled's memory: `sled_disk` plus `unflushed`.
-    sled: Data,
-    /// The decider's view: sled's memory plus every sealed group not yet applied.
+    /// written any part of them by the time the process dies.
+    unflushed: Vec<Rc<Group>>,
+    /// sled's memory, which the decider reads, and the same decoded.
+    sled: Disk,
+    sled_data: Data,
+    /// The decider's working state decoded: sled's memory plus every sealed group not yet
+    /// applied.
     view: Data,
-    /// Sealed groups not yet through the syncer, oldest first: the overlay of `view`.
-    sealed: VecDeque<Group>,
-    next_group: u64,
+    /// The product's decider; a new one at each open, as the store makes.
+    decider: Decider,
+    /// Sealed groups not yet through the syncer, oldest first.
+    sealed: VecDeque<Sealed<Held>>,
     queue: VecDeque<Request>,
     claims: HashMap<Ck, Claim>,
     /// The shard's cache of durable answers; dies with the process.
     answers: HashMap<Ck, (Fingerprint, Outcome)>,
     next_token: u64,
+    /// An invariant the decider or a record broke; the world reports it as a violation.
+    broken: Option<String>,
     /// What the files kept at the last crash, for the trace.
     fate: String,
     /// Unsynced journal records a crash left whole, and groups replayed by recoveries: the
@@ -334,18 +349,20 @@ impl SimStore {
             up: true,
             durable: Data::default(),
             journal: VecDeque::new(),
-            sled_disk: Data::default(),
+            sled_disk: Disk::default(),
             sled_damaged: false,
-            base: Data::default(),
+            base: Disk::default(),
             unflushed: Vec::new(),
-            sled: Data::default(),
+            sled: Disk::default(),
+            sled_data: Data::default(),
             view: Data::default(),
+            decider: Decider::new(1, 1, Balances::default(), Stats::default()),
             sealed: VecDeque::new(),
-            next_group: 1,
             queue: VecDeque::new(),
             claims: HashMap::new(),
             answers: HashMap::new(),
             next_token: 1,
+            broken: None,
             fate: String::new(),
             kept_whole: 0,
             replayed: 0,
@@ -376,6 +393,11 @@ impl SimStore {
     pub fn claims(&self) -> usize {
         self.claims.len()
     }
+    /// An invariant that broke: a group the decider refused to seal, or a record that
+    /// could not be read back.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
     /// Whether a checkpoint has anything to do: groups applied since the last flush, or
     /// journal segments it may delete.
     pub fn checkpoint_due(&self) -> bool {
@@ -398,6 +420,12 @@ impl SimStore {
     /// What the two files kept at the last crash.
     pub fn fate(&self) -> &str {
         &self.fate
+    }
+
+    fn note_broken(&mut self, what: String) {
+        if self.broken.is_none() {
+            self.broken = Some(what);
+        }
     }
 
     /// Under a live claim, what the key itself holds decides, as in
@@ -425,7 +453,7 @@ impl SimStore {
         if rec.fingerprint != fingerprint {
             return reused;
         }
-        if self.sled.keys.get(ck).is_none_or(|d| d.seq != rec.seq) {
+        if self.sled_data.keys.get(ck).is_none_or(|d| d.seq != rec.seq) {
             return in_flight;
         }
         let outcome = self.view.outcome(rec)?;
@@ -485,10 +513,10 @@ impl SimStore {
                     _ => Submission::Replayed(outcome.clone()),
                 }));
             }
-            if let Some(rec) = self.sled.keys.get(ck) {
+            if let Some(rec) = self.sled_data.keys.get(ck) {
                 return Some(match self.classify(rec.fingerprint, fingerprint) {
                     Seen::Reused => Ok(Submission::Reused),
-                    _ => match self.sled.outcome(rec) {
+                    _ => match self.sled_data.outcome(rec) {
                         Some(outcome) => {
                             self.answers
                                 .insert(ck.clone(), (rec.fingerprint, outcome.clone()));
@@ -523,250 +551,82 @@ impl SimStore {
         None
     }
 
-    /// The decider's turn: stages up to `batch_max` queued commands against its view and
-    /// seals them as the next journal group. Returns only the answers given while staging.
+    /// The decider's turn: the product's decider stages up to `batch_max` queued commands
+    /// and seals them as the next journal group. Returns only the answers given while
+    /// staging (a refund of a withdrawal in flight, told 409 with its claim released; an
+    /// error).
     pub fn decide(&mut self, now: Timestamp) -> Vec<(Ticket, Answer)> {
         if !self.up || self.queue.is_empty() {
             return Vec::new();
         }
         let n = self.config.batch_max.max(1).min(self.queue.len());
         let requests: Vec<Request> = self.queue.drain(..n).collect();
-        let mut staged = Staged::default();
-        let mut stats = self.view.stats.clone();
-        let mut answers = Vec::with_capacity(requests.len());
-        // Answers given while staging: a refund of a withdrawal in flight, told 409 with
-        // nothing staged and its claim released at once.
+        let mut staged = Staged::<Held>::default();
+        let mut stats = self.decider.stats().clone();
         let mut at_once = Vec::new();
         for req in requests {
-            let answer = self.stage(&mut staged, &mut stats, now, &req);
-            if matches!(answer, Ok(Submission::InProgress { .. })) {
-                if self
-                    .claims
-                    .get(&req.ck)
-                    .is_some_and(|c| c.token == req.token)
-                {
-                    self.claims.remove(&req.ck);
+            // As the committer does before each command: what sled holds is read there.
+            self.decider.applied(self.sled.group);
+            let reads = SimReads {
+                index: &self.sled.index,
+                claims: &self.claims,
+                hide_claims: self.mutation == Mutation::RefundOvertakesWithdrawal,
+            };
+            let decided = self.decider.decide(
+                &reads,
+                &mut staged,
+                &mut stats,
+                now,
+                &req.ck,
+                &req.command,
+                req.fingerprint,
+                req.message.clone(),
+            );
+            let answer = match decided {
+                Ok(answer @ Submission::InProgress { .. }) => Ok(answer),
+                Ok(answer) => {
+                    staged.answers.push(Held::Command {
+                        ticket: req.ticket,
+                        ck: req.ck,
+                        token: req.token,
+                        fingerprint: req.fingerprint,
+                        answer: Ok(answer),
+                    });
+                    continue;
                 }
-                at_once.push((req.ticket, answer));
-                continue;
-            }
-            answers.push(Pending {
-                ticket: req.ticket,
-                ck: req.ck,
-                token: req.token,
-                fingerprint: req.fingerprint,
-                answer,
-            });
+                Err(e) => Err(StoreError::Corrupt(e.to_string())),
+            };
+            self.release(&req.ck, req.token);
+            at_once.push((req.ticket, answer));
         }
-        staged.writes.push(Write::Stats(stats));
-        self.seal(staged.writes, answers);
+        self.seal(staged, &mut stats);
         at_once
     }
 
-    /// Seals a group: numbered next, in the decider's view from now on, queued for the
-    /// syncer.
-    fn seal(&mut self, writes: Vec<Write>, answers: Vec<Pending>) {
-        let record = Record {
-            number: self.next_group,
-            writes: writes.into(),
-        };
-        self.next_group += 1;
-        self.view.apply(&record);
-        self.view_version += 1;
-        self.sealed.push_back(Group { record, answers });
-    }
-
-    /// `Committer::stage`: the compare-and-swap on the key, then the pure decision.
-    fn stage(
-        &self,
-        staged: &mut Staged,
-        stats: &mut Stats,
-        now: Timestamp,
-        req: &Request,
-    ) -> Answer {
-        let (client, key) = &req.ck;
-        if let Some(id) = &req.message {
-            let seen = staged.inbox.get(id).or_else(|| self.view.inbox.get(id));
-            if seen.is_some_and(|r| r.ck != req.ck || r.fingerprint != req.fingerprint) {
-                // Kept with the reason, in the same batch as the refusal.
-                let total = staged.quarantined.unwrap_or(self.view.quarantined) + 1;
-                staged.quarantined = Some(total);
-                staged.writes.push(Write::Quarantine(total));
-                return Ok(Submission::Quarantined {
-                    reason: "message_id_reused".into(),
-                });
-            }
-        }
-        let skip_compare =
-            self.mutation == Mutation::RedeliveryExecutesAgain && req.message.is_some();
-        let existing = if skip_compare {
-            None
-        } else {
-            match staged.keys.get(&req.ck) {
-                Some((f, fact)) => Some((*f, Some(Outcome::from_fact(fact)), 0)),
-                None => self
-                    .view
-                    .keys
-                    .get(&req.ck)
-                    .map(|rec| (rec.fingerprint, self.view.outcome(rec), rec.seq)),
-            }
-        };
-        if let Some((stored, outcome, seq)) = existing {
-            return match self.classify(stored, req.fingerprint) {
-                Seen::Reused => Ok(Submission::Reused),
-                _ => match outcome {
-                    Some(outcome) => {
-                        self.note_message(staged, req, outcome.seq());
-                        Ok(Submission::Replayed(outcome))
-                    }
-                    None => Err(StoreError::Corrupt(format!(
-                        "the key record of {:?}/{:?} points at missing fact {seq}",
-                        client, key
-                    ))),
-                },
-            };
-        }
-        if self.withdrawal_in_flight(staged, req) {
-            return Ok(Submission::InProgress {
-                retry_after: Duration::from_secs(1),
-            });
-        }
-        let inputs = self.inputs(staged, client, &req.command);
-        let seq = stats.last_seq + 1;
-        let at = if self.mutation == Mutation::ClockNotClamped {
-            now
-        } else {
-            now.max(stats.last_at)
-        };
-        let fact = core::decide(client, key, &req.command, &inputs, seq, at);
-        let outcome = Outcome::from_fact(&fact);
-        staged.writes.push(Write::Fact(fact.clone()));
-        staged.writes.push(Write::Key(
-            req.ck.clone(),
-            KeyRecord {
-                seq,
-                at,
-                fingerprint: req.fingerprint,
-                expired: false,
-            },
-        ));
-        for (account, currency, delta) in legs(&fact) {
-            let entry = staged.accounts.entry(account.clone()).or_insert_with(|| {
-                self.view
-                    .balances
-                    .accounts
-                    .get(account)
-                    .cloned()
-                    .unwrap_or_default()
-            });
-            let b = entry.entry(currency).or_insert(0);
-            *b = b.saturating_add(delta);
-            staged
-                .writes
-                .push(Write::Balance(account.clone(), currency, *b));
-        }
-        if let FactBody::RefundRecorded {
-            withdrawal,
-            refunded_total,
-            ..
-        } = &fact.body
-        {
-            let wk = (client.clone(), withdrawal.clone());
-            staged.refunded.insert(wk.clone(), *refunded_total);
-            staged.writes.push(Write::Refunded(wk, *refunded_total));
-        }
-        stats.apply(&fact);
-        self.note_message(staged, req, seq);
-        staged.keys.insert(req.ck.clone(), (req.fingerprint, fact));
-        Ok(Submission::Executed(outcome))
-    }
-
-    /// `Committer::withdrawal_in_flight`: a refund whose withdrawal's key (the refund's
-    /// client) is claimed and holds nothing yet, in this batch or in the view, is not
-    /// decided now. The mutant decides it anyway.
-    fn withdrawal_in_flight(&self, staged: &Staged, req: &Request) -> bool {
-        let Command::Refund { withdrawal, .. } = &req.command else {
-            return false;
-        };
-        let wk = (req.ck.0.clone(), withdrawal.clone());
-        self.mutation != Mutation::RefundOvertakesWithdrawal
-            && wk != req.ck
-            && self.claims.contains_key(&wk)
-            && !staged.keys.contains_key(&wk)
-            && !self.view.keys.contains_key(&wk)
-    }
-
-    fn note_message(&self, staged: &mut Staged, req: &Request, seq: u64) {
-        if let Some(id) = &req.message {
-            let rec = InboxRecord {
-                ck: req.ck.clone(),
-                fingerprint: req.fingerprint,
-                seq,
-            };
-            staged.writes.push(Write::Inbox(id.clone(), rec.clone()));
-            staged.inbox.insert(id.clone(), rec);
-        }
-    }
-
-    /// `Committer::inputs`: the account, and for a refund its withdrawal, as the batch sees
-    /// them (staged first, then the view).
-    fn inputs(&self, staged: &Staged, client: &ClientId, command: &Command) -> Inputs {
-        let view = |account: &Account| -> Option<AccountView> {
-            let per = match staged.accounts.get(account) {
-                Some(per) => per,
-                None => self.view.balances.accounts.get(account)?,
-            };
-            per.iter().next().map(|(c, b)| AccountView {
-                currency: *c,
-                balance: u128::try_from(*b).unwrap_or(0),
-            })
-        };
-        match command {
-            Command::Deposit { account, .. } | Command::Withdraw { account, .. } => Inputs {
-                account: view(account),
-                withdrawal: None,
-            },
-            Command::Refund { withdrawal, .. } => {
-                let wk = (client.clone(), withdrawal.clone());
-                let fact = match staged.keys.get(&wk) {
-                    Some((_, fact)) => Some(fact.clone()),
-                    None => self
-                        .view
-                        .keys
-                        .get(&wk)
-                        .and_then(|rec| self.view.facts.get(&rec.seq).cloned()),
-                };
-                let w = match fact.map(|f| f.body) {
-                    Some(FactBody::WithdrawalRecorded {
-                        account,
-                        amount,
-                        currency,
-                        ..
-                    }) => {
-                        let refunded = if self.mutation == Mutation::ForgetRefunds {
-                            0
-                        } else {
-                            staged
-                                .refunded
-                                .get(&wk)
-                                .or_else(|| self.view.refunded.get(&wk))
-                                .copied()
-                                .unwrap_or(0)
-                        };
-                        Some(WithdrawalView {
-                            account,
-                            currency,
-                            amount,
-                            refunded,
-                        })
-                    }
-                    _ => None,
-                };
-                Inputs {
-                    account: w.as_ref().and_then(|w| view(&w.account)),
-                    withdrawal: w,
+    /// Seals a group with the product's decider: numbered next, in the decider's view from
+    /// now on, queued for the syncer. A group it refuses breaks an invariant.
+    fn seal(&mut self, staged: Staged<Held>, stats: &mut Stats) {
+        match self.decider.seal(staged, stats, Observed::default()) {
+            Ok(Some(sealed)) => {
+                if let Some(group) = &sealed.group
+                    && let Err(e) = self.view.apply(group)
+                {
+                    self.note_broken(format!("a sealed group cannot be read back: {e}"));
                 }
+                self.view_version += 1;
+                self.sealed.push_back(sealed);
             }
+            Ok(None) => {}
+            Err(broken) => self.note_broken(format!(
+                "the decider refused to seal a group: {}",
+                broken.reason
+            )),
+        }
+    }
+
+    fn release(&mut self, ck: &Ck, token: u64) {
+        if self.claims.get(ck).is_some_and(|c| c.token == token) {
+            self.claims.remove(ck);
         }
     }
 
@@ -778,11 +638,14 @@ impl SimStore {
         if !self.up {
             return out;
         }
-        while let Some(Group {
-            record,
-            mut answers,
+        while let Some(Sealed {
+            group, mut answers, ..
         }) = self.sealed.pop_front()
         {
+            let Some(group) = group.map(Rc::new) else {
+                out.extend(self.publish(answers));
+                continue;
+            };
             if crash == Some(Point::JournalBeforeWrite) {
                 self.crash_in(None);
                 return out;
@@ -790,22 +653,22 @@ impl SimStore {
             // Written from here on, not yet synced.
             let applied_early = self.mutation == Mutation::ApplyBeforeJournalSync;
             if applied_early {
-                self.apply_to_sled(&record);
+                self.apply_to_sled(&group);
             }
             if self.mutation == Mutation::AnswerBeforeJournalSync {
                 out.extend(self.publish(std::mem::take(&mut answers)));
             }
             if crash == Some(Point::JournalAfterWrite) {
-                self.crash_in(Some(record));
+                self.crash_in(Some(group));
                 return out;
             }
-            self.journal_synced(record.clone());
+            self.journal_synced(group.clone());
             if crash == Some(Point::JournalAfterSync) {
                 self.crash_in(None);
                 return out;
             }
             if !applied_early {
-                self.apply_to_sled(&record);
+                self.apply_to_sled(&group);
             }
             if crash == Some(Point::SyncAfterApply) {
                 self.crash_in(None);
@@ -817,80 +680,85 @@ impl SimStore {
     }
 
     /// A record is durable in the journal: the durable end moves to its group.
-    fn journal_synced(&mut self, record: Record) {
-        self.durable.apply(&record);
+    fn journal_synced(&mut self, group: Rc<Group>) {
+        if let Err(e) = self.durable.apply(&group) {
+            self.note_broken(format!("a journal record cannot be read back: {e}"));
+        }
         self.durable_version += 1;
-        self.journal.push_back(record);
+        self.journal.push_back(group);
     }
 
-    /// One atomic sled batch: the group's writes and its number, in memory only.
-    fn apply_to_sled(&mut self, record: &Record) {
-        self.sled.apply(record);
-        self.unflushed.push(record.clone());
+    /// The group's records into sled's memory.
+    fn apply_to_sled(&mut self, group: &Rc<Group>) {
+        self.sled.apply(group);
+        if let Err(e) = self.sled_data.apply(group) {
+            self.note_broken(format!("an applied group cannot be read back: {e}"));
+        }
+        self.unflushed.push(group.clone());
     }
 
     /// Releases the claims and hands out the answers of a durable group.
-    fn publish(&mut self, answers: Vec<Pending>) -> Vec<(Ticket, Answer)> {
+    fn publish(&mut self, answers: Vec<Held>) -> Vec<(Ticket, Answer)> {
         let mut out = Vec::with_capacity(answers.len());
-        for p in answers {
+        for held in answers {
+            let Held::Command {
+                ticket,
+                ck,
+                token,
+                fingerprint,
+                answer,
+            } = held
+            else {
+                continue;
+            };
             // Release before answering: a retry that follows the answer must find the key
             // done, not pending.
-            if let Ok(Submission::Executed(outcome)) = &p.answer {
+            if let Ok(Submission::Executed(outcome)) = &answer {
                 self.answers
-                    .insert(p.ck.clone(), (p.fingerprint, outcome.clone()));
+                    .insert(ck.clone(), (fingerprint, outcome.clone()));
             }
-            if self.claims.get(&p.ck).is_some_and(|c| c.token == p.token) {
-                self.claims.remove(&p.ck);
-            }
-            out.push((p.ticket, p.answer));
+            self.release(&ck, token);
+            out.push((ticket, answer));
         }
         out
     }
 
-    /// `Store::sweep` on sled: marks expired the keys whose facts are older than the retention,
-    /// in a group of its own, durable once the syncer has passed it.
-    pub fn sweep(&mut self, now: Timestamp) -> usize {
+    /// `Store::sweep` on sled: the committer seals what came before, waits until sled holds
+    /// every sealed group (the sweep reads sled's ranges), then the decider stages the
+    /// expiry of keys older than the retention in a group of its own, durable once the
+    /// syncer has passed it. Returns how many keys it expires and the answers of the
+    /// groups synced first.
+    pub fn sweep(&mut self, now: Timestamp) -> (usize, Vec<(Ticket, Answer)>) {
         if !self.up {
-            return 0;
+            return (0, Vec::new());
         }
-        let horizon = now.saturating_sub_ms(self.config.retention_ms);
-        let mut stats = self.view.stats.clone();
-        let mut cursor = stats.sweep_cursor;
-        let mut writes = Vec::new();
-        let mut expired = 0;
-        // sled reads an inverted range as empty; BTreeMap would panic on it.
-        let range = (cursor < stats.last_seq).then_some(cursor + 1..=stats.last_seq);
-        for (seq, fact) in range
-            .map(|r| self.view.facts.range(r))
-            .into_iter()
-            .flatten()
-            .take(10_000)
-        {
-            // Facts are recorded with non-decreasing time: the first one inside the
-            // retention ends the sweep.
-            if fact.at > horizon {
-                break;
+        let drained = self.sync(None);
+        self.decider.applied(self.sled.group);
+        let mut staged = Staged::<Held>::default();
+        let mut stats = self.decider.stats().clone();
+        let reads = SimReads {
+            index: &self.sled.index,
+            claims: &self.claims,
+            hide_claims: false,
+        };
+        let swept = self.decider.sweep(
+            &reads,
+            &mut staged,
+            &mut stats,
+            now,
+            self.config.retention_ms,
+        );
+        match swept {
+            Ok(expired) => {
+                staged.answers.push(Held::Sweep);
+                self.seal(staged, &mut stats);
+                (expired, drained)
             }
-            let ck = (fact.client.clone(), fact.key.clone());
-            if let Some(rec) = self.view.keys.get(&ck)
-                && !rec.expired
-            {
-                if self.mutation == Mutation::SweepForgetsKey {
-                    writes.push(Write::ForgetKey(ck));
-                } else {
-                    let mut rec = rec.clone();
-                    rec.expired = true;
-                    writes.push(Write::Key(ck, rec));
-                }
-                stats.expire_one();
-                expired += 1;
+            Err(e) => {
+                self.note_broken(format!("the sweep failed: {e}"));
+                (0, drained)
             }
-            cursor = *seq;
         }
-        stats.sweep_cursor = cursor;
-        writes.push(Write::Stats(stats));
-        self.seal(writes, Vec::new());
-        expired
     }
 
     /// A checkpoint: takes the last group applied to sled, flushes sled (its disk now holds
@@ -929,17 +797,17 @@ impl SimStore {
     /// The process dies, `written` (if any) written to the journal and not synced. What
     /// each file keeps is chosen here, independently: the unsynced record whole, torn or
     /// lost; sled's disk at some group from its last flush to the last applied to memory.
-    /// Memory is lost: sled's, the overlay, the queue, the claims, the answer cache.
-    fn crash_in(&mut self, written: Option<Record>) {
+    /// Memory is lost: sled's, the decider's, the queue, the claims, the answer cache.
+    fn crash_in(&mut self, written: Option<Rc<Group>>) {
         self.up = false;
         let mut fate = Vec::new();
-        if let Some(record) = written {
-            let number = record.number;
+        if let Some(group) = written {
+            let number = group.number;
             match self.rng.below(3) {
                 0 => {
                     fate.push(format!("the journal kept unsynced group {number} whole"));
                     self.kept_whole += 1;
-                    self.journal_synced(record);
+                    self.journal_synced(group);
                 }
                 1 => fate.push(format!(
                     "the journal's unsynced group {number} was torn (cut off at recovery)"
@@ -953,23 +821,23 @@ impl SimStore {
             fate.push(format!("the journal lost SYNCED group {}", lost.number));
         }
         // sled writes its buffers when they fill, and the syncer applies a group one insert
-        // at a time: its disk may hold any of the writes applied since the last checkpoint
+        // at a time: its disk may hold any of the records applied since the last checkpoint
         // (none, all, or some of each group), while the group it records is still the
         // checkpoint's. A third of the groups keep nothing, a third everything.
         let low = self.sled_disk.group;
         let high = self.sled.group;
         let mut kept = 0usize;
-        for record in self.unflushed.drain(..) {
+        for group in std::mem::take(&mut self.unflushed) {
             let fate = self.rng.below(3);
-            for w in record.writes.iter() {
+            for op in &group.ops {
                 if fate == 1 || (fate == 2 && self.rng.below(2) == 0) {
-                    self.sled_disk.write(w);
+                    self.sled_disk.index.apply_op(op);
                     kept += 1;
                 }
             }
         }
         fate.push(format!(
-            "sled's disk holds {kept} writes of the groups after its checkpoint, group {low} \
+            "sled's disk holds {kept} records of the groups after its checkpoint, group {low} \
              (applied up to {high})"
         ));
         if self.rng.below(4) == 0 {
@@ -977,9 +845,6 @@ impl SimStore {
             fate.push("sled's files were left damaged (a torn or reordered write)".into());
         }
         self.fate = fate.join("; ");
-        self.sled = self.durable.clone();
-        self.view = self.durable.clone();
-        self.view_version += 1;
         self.sealed.clear();
         self.queue.clear();
         self.claims.clear();
@@ -996,7 +861,7 @@ impl SimStore {
         let last = self.journal.back().map_or(g, |r| r.number);
         let continues_sled = first.is_none_or(|f| f <= g + 1) && last >= g;
         let rebuild = self.sled_damaged || !continues_sled;
-        let (mut recovered, from) = if rebuild {
+        let mut recovered = if rebuild {
             // The index is rebuilt from the log of record: the base, then every group after
             // it.
             let b = self.base.group;
@@ -1012,13 +877,14 @@ impl SimStore {
             }
             self.sled_damaged = false;
             self.rebuilt += 1;
-            (self.base.clone(), b)
+            self.base.clone()
         } else {
-            (self.sled_disk.clone(), g)
+            self.sled_disk.clone()
         };
-        for record in self.journal.iter().filter(|r| r.number > from) {
-            recovered.apply(record);
-            self.unflushed.push(record.clone());
+        let from = recovered.group;
+        for group in self.journal.iter().filter(|r| r.number > from) {
+            recovered.apply(group);
+            self.unflushed.push(group.clone());
             self.replayed += 1;
         }
         if rebuild {
@@ -1027,18 +893,19 @@ impl SimStore {
             self.unflushed.clear();
         }
         let last = self.journal.back().map_or(recovered.group, |r| r.number);
-        if recovered != self.durable {
+        let d = Data::of(&recovered.index, recovered.group)
+            .map_err(|e| format!("open refused: a record cannot be read: {e}"))?;
+        if d != self.durable {
             return Err(format!(
                 "after the crash the ledger opened to group {} with {} facts, not to the \
                  journal's durable end, group {} with {} facts{}",
-                recovered.group,
-                recovered.facts.len(),
+                d.group,
+                d.facts.len(),
                 self.durable.group,
                 self.durable.facts.len(),
-                differs(&recovered, &self.durable)
+                differs(&d, &self.durable)
             ));
         }
-        let d = &recovered;
         let tail = d.facts.keys().next_back().copied().unwrap_or(0);
         if tail != d.stats.last_seq {
             return Err(format!(
@@ -1069,9 +936,16 @@ impl SimStore {
                 return Err(format!("open refused: balances in {currency} sum to {sum}"));
             }
         }
-        self.next_group = last + 1;
-        self.sled = recovered.clone();
-        self.view = recovered;
+        // The store's open makes a new decider over what it recovered.
+        self.decider = Decider::new(
+            last + 1,
+            d.quarantined + 1,
+            d.balances.clone(),
+            d.stats.clone(),
+        );
+        self.sled = recovered;
+        self.sled_data = d.clone();
+        self.view = d;
         self.view_version += 1;
         self.up = true;
         Ok(())

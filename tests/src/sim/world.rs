@@ -362,6 +362,9 @@ impl World {
         if self.report.violation.is_some() {
             return;
         }
+        if let Some(broken) = self.store.broken() {
+            return self.fail(format!("invariant broken: {broken}"));
+        }
         let versions = (self.store.durable_version, self.store.view_version);
         if versions.0 != self.checked.0
             && let Err(e) = self.model.check(self.store.durable(), true)
@@ -480,7 +483,8 @@ impl World {
             Act::Restart => self.restart(),
             Act::Clock => self.move_clock(),
             Act::Sweep => {
-                let expired = self.store.sweep(self.ts());
+                let (expired, answers) = self.store.sweep(self.ts());
+                self.route(answers);
                 self.report.expired += expired;
                 self.note(|| format!("sweep stages {expired} expiries"));
             }
@@ -996,7 +1000,9 @@ impl World {
         self.step += 1;
         let later = self.now.max(self.model.max_now) + RETENTION_MS + 1_000;
         self.set_clock(later);
-        self.report.expired += self.store.sweep(self.ts());
+        let (expired, drained) = self.store.sweep(self.ts());
+        self.report.expired += expired;
+        self.route(drained);
         let answers = self.store.sync(None);
         self.route(answers);
         self.check();
@@ -1013,7 +1019,9 @@ impl World {
             ));
         }
         self.set_clock(self.now - RETENTION_MS / 2);
-        self.report.expired += self.store.sweep(self.ts());
+        let (expired, drained) = self.store.sweep(self.ts());
+        self.report.expired += expired;
+        self.route(drained);
         let answers = self.store.sync(None);
         self.route(answers);
         self.check();

@@ -700,7 +700,11 @@ impl Committer {
             // Nothing more is written: the working state stays as it was, and the staged
             // commands are told the store failed.
             *stats = self.decider.stats().clone();
-            answer_all(&self.shared, staged.answers, &LedgerError::Unavailable(reason));
+            answer_all(
+                &self.shared,
+                staged.answers,
+                &LedgerError::Unavailable(reason),
+            );
             return None;
         }
         match self.decider.seal(staged, stats, self.shared.observed()) {
@@ -711,9 +715,10 @@ impl Committer {
             }
             Err(broken) => {
                 // A broken invariant stops the writes as a storage failure does.
-                let e = self
-                    .shared
-                    .fail(format!("invariant broken, nothing written: {}", broken.reason));
+                let e = self.shared.fail(format!(
+                    "invariant broken, nothing written: {}",
+                    broken.reason
+                ));
                 answer_all(&self.shared, broken.answers, &e);
                 None
             }

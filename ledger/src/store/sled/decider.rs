@@ -799,9 +799,10 @@ mod tests {
         assert_eq!(made.unwrap(), "the group's balances move RUB by 5 in all");
         // Moved from where the working state had it: alice 10 → 4, @payouts 0 → 6.
         let mut before = Balances::default();
-        before
-            .accounts
-            .insert(Account::parse_any("alice").unwrap(), BTreeMap::from([(rub, 10)]));
+        before.accounts.insert(
+            Account::parse_any("alice").unwrap(),
+            BTreeMap::from([(rub, 10)]),
+        );
         let withdrawal = balances(&[("alice", 4), ("@payouts", 6)]);
         assert_eq!(broken_group(7, &facts(&[8]), &withdrawal, &before, 8), None);
         assert!(broken_group(7, &facts(&[8]), &withdrawal, &zero, 8).is_some());

@@ -88,7 +88,7 @@ fn split(value: &[u8]) -> Result<Vec<Range<usize>>, DecodeError> {
 }
 
 /// The facts of one record whose key is `k`.
-fn entries(k: &[u8], record: IVec) -> Result<Vec<Entry>, Damage> {
+pub(super) fn entries(k: &[u8], record: IVec) -> Result<Vec<Entry>, Damage> {
     let Some(first) = seq_of(k) else {
         return Err(Damage {
             seq: None,
@@ -170,10 +170,7 @@ impl<R: Iterator<Item = sled::Result<Record>>> Iterator for Facts<R> {
 }
 
 /// The fact numbered `seq`, if the log holds it.
-pub(super) fn fact(
-    index: &impl Index,
-    seq: u64,
-) -> sled::Result<Result<Option<Fact>, Damage>> {
+pub(super) fn fact(index: &impl Index, seq: u64) -> sled::Result<Result<Option<Fact>, Damage>> {
     let Some(item) = index.records(&fact_key(0), &fact_key(seq)).next_back() else {
         return Ok(Ok(None));
     };

@@ -87,7 +87,7 @@ pub(super) fn split_statement(k: &[u8]) -> Option<(&[u8], u64)> {
 /// cost a third of the bytes per fact and could disagree with the fact). The sweep marks
 /// the key expired; the fingerprint stays, so a reuse of an expired key is still refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct KeyRecord {
+pub struct KeyRecord {
     pub seq: u64,
     pub at: Timestamp,
     pub fingerprint: Fingerprint,
@@ -121,9 +121,11 @@ impl KeyRecord {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct InboxRecord {
-    pub(super) fingerprint: Fingerprint,
-    pub(super) seq: u64,
+pub struct InboxRecord {
+    /// The message's fingerprint: its client, key and command (`message_fingerprint`).
+    pub fingerprint: Fingerprint,
+    /// The fact that answers it.
+    pub seq: u64,
 }
 
 pub(super) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
