@@ -1,171 +1,23 @@
-//! The command path on PostgreSQL: the claim of a key in this process, then the command
-//! joins its lane's next group; the lane decides the whole group in one transaction (two
-//! round trips, one commit; see `v8.sql`), and runs it again, or splits it, when the
+//! PgStore's command path: the claim of a key in this process, then the command joins
+//! its lane's next group; the lane decides the whole group in one transaction (two round
+//! trips, one commit; see `v8.sql`), and runs it again, or splits it, when the
 //! transaction fails.
+//!
+//! The route of a command: `Store::submit` (`mod.rs`), then `submit_command` here, then
+//! `join_group` (`group.rs`).
 
-// The store's helpers (errors, conversions, claims) and what it imports.
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use tokio::sync::futures::OwnedNotified;
 
-use super::*;
-
-// The group's two statements (the claim of `v8.sql` with its body from `v10.sql`, the
-// apply of `v12.sql`; a group of one fact applied by `v12.sql`'s other function), prepared
-// once per connection (deadpool's cache) so that BEGIN and COMMIT ride beside them.
-pub(super) const SQL_CLAIM: &str = "SELECT r_i, r_state, r_message_claimed, r_hash, r_seq, \
-     r_body, r_withdrawal_seq, r_withdrawal, r_client, r_name, r_currency, r_balance, r_total \
-     FROM idem_group_claim_v8($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-pub(super) const SQL_APPLY: &str = "SELECT idem_group_apply_v12($1, $2, $3, $4, $5, $6, $7, $8, \
-     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, \
-     $27, $28, $29, $30, $31, $32, $33)";
-/// The apply of a group of one fact (`v11.sql`, its response as text since `v12.sql`),
-/// with the fact's values as scalars.
-pub(super) const SQL_APPLY_ONE: &str = "SELECT idem_apply_one_v12($1, $2, $3, $4, $5, $6, $7, \
-     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
-pub(super) const SQL_COUNT: &str = "INSERT INTO counters (name, shard, n) VALUES ($1, $2, $3) \
-     ON CONFLICT (name, shard) DO UPDATE SET n = counters.n + EXCLUDED.n";
-pub(super) const SQL_QUARANTINE: &str = "INSERT INTO quarantine (at, message_id, reason, payload) \
-     VALUES ($1, $2, $3, $4) RETURNING id";
-/// The SQLSTATE `idem_group_apply_v8` raises when a write disagrees with the decision.
-pub(super) const DISAGREE: &str = "IDM01";
-/// What a quarantined reused message id is told, and kept with.
-pub(super) const MESSAGE_REUSED: &str = "message_id_reused: this message id was delivered before with \
-     another payload";
-
-/// The shards no transaction of this process holds, taken and given back around each
-/// command's transaction. With more transactions in flight than shards, the extra ones
-/// share a shard (`None` from `take`, and the caller picks one round-robin): that only
-/// makes them wait on each other, never double-counts.
-pub(super) struct ShardSlots {
-    free: Mutex<Vec<i16>>,
-}
-
-impl ShardSlots {
-    /// All shards, handed out from `offset` on.
-    pub(super) fn new(offset: u64) -> Self {
-        let free = (0..SHARDS)
-            .rev()
-            .filter_map(|i| i16::try_from((offset + i) % SHARDS).ok())
-            .collect();
-        Self {
-            free: Mutex::new(free),
-        }
-    }
-
-    pub(super) fn take(&self) -> Option<i16> {
-        self.free.lock().pop()
-    }
-
-    pub(super) fn give_back(&self, shard: i16) {
-        self.free.lock().push(shard);
-    }
-}
-
-/// A shard taken for one transaction; given back when dropped (also when the attempt is
-/// cut short).
-pub(super) struct ShardSlot<'a> {
-    slots: &'a ShardSlots,
-    shard: Option<i16>,
-}
-
-impl<'a> ShardSlot<'a> {
-    pub(super) fn take(slots: &'a ShardSlots) -> Self {
-        Self {
-            slots,
-            shard: slots.take(),
-        }
-    }
-
-    /// The shard taken, if one was free.
-    pub(super) fn shard(&self) -> Option<i16> {
-        self.shard
-    }
-}
-
-impl Drop for ShardSlot<'_> {
-    fn drop(&mut self) {
-        if let Some(shard) = self.shard {
-            self.slots.give_back(shard);
-        }
-    }
-}
-
-/// Where this process starts among the shards: different for workers started together.
-pub(super) fn rand_offset() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.finish()
-}
-
-/// A pooled connection with a transaction begun by hand, so that BEGIN rides in the
-/// first round trip and COMMIT in the last (a driver transaction spends a round trip on
-/// BEGIN alone). Dropped while the transaction is open (an error path, or the attempt's
-/// deadline), it rolls back before the connection goes back to the pool, or closes the
-/// connection, which rolls back too.
-pub(super) struct OpenTx {
-    conn: Option<deadpool_postgres::Object>,
-    /// Transactions begun and not yet ended: two for a moment when a lane sends the next
-    /// group's BEGIN behind this group's COMMIT, before the COMMIT's answer is read.
-    open: AtomicUsize,
-}
-
-impl OpenTx {
-    pub(super) fn new(conn: deadpool_postgres::Object) -> Self {
-        Self {
-            conn: Some(conn),
-            open: AtomicUsize::new(0),
-        }
-    }
-
-    /// Marks the transaction begun: from the BEGIN sent with the first statement.
-    pub(super) fn opened(&self) {
-        self.open.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Marks the transaction ended: its COMMIT was sent (it commits or rolls back).
-    pub(super) fn closed(&self) {
-        let _ = self
-            .open
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(1))
-            });
-    }
-
-    pub(super) fn conn(&self) -> Result<&deadpool_postgres::Object, Abort> {
-        self.conn
-            .as_ref()
-            .ok_or_else(|| Abort::Fail(LedgerError::Unavailable("connection lost".into())))
-    }
-
-    pub(super) async fn rollback(&self) -> Result<(), Abort> {
-        self.conn()?.batch_execute("ROLLBACK").await?;
-        self.closed();
-        Ok(())
-    }
-}
-
-impl Drop for OpenTx {
-    fn drop(&mut self) {
-        if self.open.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let Some(conn) = self.conn.take() else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(async move {
-                    if conn.batch_execute("ROLLBACK").await.is_err() {
-                        drop(deadpool_postgres::Object::take(conn));
-                    }
-                });
-            }
-            Err(_) => drop(deadpool_postgres::Object::take(conn)),
-        }
-    }
-}
+use super::db::{Result, ms_i64};
+use super::group::RETRY_AFTER;
+use super::state::{Claim, Inner, PgStore};
+use crate::domain::{ClientId, Command, Fingerprint, Key, MessageId};
+use crate::fact::{Fact, Outcome};
+use crate::store::{LATENCY_BUCKETS_US, LedgerError, Submission};
 
 /// Releases this process's claim and counts the command out, however it ends.
 pub(super) struct Flight<'a> {
@@ -355,5 +207,16 @@ impl PgStore {
             ))
         })?;
         Ok(Some((stored, fact)))
+    }
+
+    pub(super) fn record_latency(&self, started: Instant) {
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let mut m = self.inner.metrics.lock();
+        let i = LATENCY_BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(LATENCY_BUCKETS_US.len() - 1);
+        m.latency_buckets[i] += 1;
+        m.latency_sum_us = m.latency_sum_us.saturating_add(us);
     }
 }

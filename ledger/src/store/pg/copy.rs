@@ -310,7 +310,7 @@ pub fn copy_sql(sql: &str) -> String {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use super::{CopyReader, CopyRow, Result, RowBatch, SIGNATURE};
 
     /// A stream of `rows` in the binary format, with a header extension of `ext` bytes.
     fn stream(rows: &[Vec<Option<&[u8]>>], ext: usize) -> Vec<u8> {

@@ -1,5 +1,5 @@
-//! Group commit: the commands of a lane that arrive while its previous group is in
-//! flight are decided together, in one transaction with one commit (`v8.sql`; the
+//! PgStore's group commit: the commands of a lane that arrive while its previous group is
+//! in flight are decided together, in one transaction with one commit (`v8.sql`; the
 //! claim's body from `v10.sql`: `v9.sql`'s, with its lock on the accounts by an index
 //! scan, and a group of one deposit or withdrawal without a message id claimed by
 //! version 3's statements for one command; a group of one fact applied by `v11.sql`'s
@@ -36,38 +36,56 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
 
-use super::command::{
-    DISAGREE, MESSAGE_REUSED, OpenTx, SQL_APPLY, SQL_APPLY_ONE, SQL_CLAIM, ShardSlot,
+use super::counters::counter_name;
+use super::db::{P, Result, db_int, db_time, describe, get, ms_i32};
+use super::lane::{Lane, Queued};
+use super::shards::ShardSlot;
+use super::state::{Inner, PgStore};
+use super::tx::{Abort, OpenTx};
+use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
+use crate::domain::{
+    Account, Amount, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp,
 };
-use super::*;
-use crate::domain::Amount;
+use crate::fact::{self, Fact, FactBody, Outcome};
+use crate::projection;
+use crate::store::{LedgerError, Submission, message_fingerprint};
 
-/// A command waiting in its lane.
-pub(super) struct Queued {
-    client: ClientId,
-    key: Key,
-    command: Command,
-    fingerprint: Fingerprint,
-    message: Option<MessageId>,
-    arrived: Instant,
-    reply: oneshot::Sender<Result<Submission>>,
-}
+/// Retry-After of a 409, as sled answers it: the commit usually takes milliseconds, and
+/// the header is in whole seconds.
+pub(super) const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// A lane: its queue, the task that gathers groups from it, and who runs its group now.
-pub(super) struct Lane {
-    tx: mpsc::UnboundedSender<Queued>,
-    /// Commands sent to the queue and not yet taken by the lane's task.
-    queued: Arc<AtomicUsize>,
-    /// Held by whoever runs a group of this lane, one at a time: the lane's task, or a
-    /// command that found the lane idle and its queue empty, which runs alone on its own
-    /// task (see `join_group`).
-    busy: Arc<tokio::sync::Mutex<()>>,
-}
+/// How many times one command is run again after PostgreSQL aborted it for a conflict it
+/// resolves that way (a deadlock, a serialization failure, a concurrent first insert of a
+/// balance row).
+const RETRIES: u32 = 5;
+
+// The group's two statements (the claim of `v8.sql` with its body from `v10.sql`, the
+// apply of `v12.sql`; a group of one fact applied by `v12.sql`'s other function), prepared
+// once per connection (deadpool's cache) so that BEGIN and COMMIT ride beside them.
+const SQL_CLAIM: &str = "SELECT r_i, r_state, r_message_claimed, r_hash, r_seq, \
+     r_body, r_withdrawal_seq, r_withdrawal, r_client, r_name, r_currency, r_balance, r_total \
+     FROM idem_group_claim_v8($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const SQL_APPLY: &str = "SELECT idem_group_apply_v12($1, $2, $3, $4, $5, $6, $7, $8, \
+     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, \
+     $27, $28, $29, $30, $31, $32, $33)";
+/// The apply of a group of one fact (`v11.sql`, its response as text since `v12.sql`),
+/// with the fact's values as scalars.
+const SQL_APPLY_ONE: &str = "SELECT idem_apply_one_v12($1, $2, $3, $4, $5, $6, $7, \
+     $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
+/// The SQLSTATE `idem_group_apply_v8` raises when a write disagrees with the decision.
+const DISAGREE: &str = "IDM01";
+/// What a quarantined reused message id is told, and kept with.
+const MESSAGE_REUSED: &str = "message_id_reused: this message id was delivered before with \
+     another payload";
 
 /// Starts `n` lanes; each ends when the store is dropped (its sender with it).
 pub(super) fn start_lanes(n: usize, store: &Weak<Inner>) -> Vec<Lane> {
@@ -409,6 +427,13 @@ impl PgStore {
                 Err(Abort::Fail(e)) => return Err((e, false)),
             }
         }
+    }
+
+    /// How long one attempt may take before the answer is "unavailable": the server ends
+    /// a session idle in a transaction after the lease; this also covers a network that
+    /// went silent.
+    fn attempt_deadline(&self) -> Duration {
+        self.inner.rules.lease + self.inner.options.connect_timeout
     }
 
     /// Awaits one round trip of an attempt, within the attempt's deadline.
@@ -927,6 +952,12 @@ impl PgStore {
         decided.seq = decided.seq.max(fact.seq);
         decided.at = decided.at.max(fact.at.millis());
         Ok(Submission::Replayed(Outcome::from_fact(&fact)))
+    }
+
+    fn disagree(&self, detail: String) -> Abort {
+        Abort::Fail(LedgerError::Unavailable(format!(
+            "the tables disagree with the decision, nothing was recorded: {detail}; run verify"
+        )))
     }
 
     /// A decided fact's changes, carried into the group's working state and writes.

@@ -1,7 +1,22 @@
-//! Keys on PostgreSQL: pending keys of this process and listings of the stored ones.
+//! PgStore's keys: what this process counts per key (replays, conflicts), a key's
+//! committed row with its fact, pending keys of this process, listings of the stored
+//! ones, and the sweep that expires old ones.
 
-// The store's helpers (errors, conversions, claims) and what it imports.
-use super::*;
+use tokio_postgres::Row;
+
+use super::counters::{COUNTER_EXPIRED, SQL_COUNT};
+use super::db::{Result, db_limit, db_time, get, ms_i64, pg_err};
+use super::state::{Claim, PgStore};
+use crate::domain::{ClientId, Fingerprint, Key};
+use crate::fact::{Fact, Outcome};
+use crate::store::{KEYS_SCAN_MAX, KeyInfo, KeyPage, KeyQuery, KeyStatus, Store};
+
+/// How many keys the per-key replay/conflict counts remember before starting over.
+pub(super) const ACTIVITY_MAX: usize = 65_536;
+
+/// Keys expired per sweep transaction.
+const SWEEP_BATCH: i64 = 10_000;
+
 impl PgStore {
     pub(super) fn pending_info(&self, ck: &(ClientId, Key), claim: &Claim) -> KeyInfo {
         let now = self.inner.rules.clock.now();
@@ -154,5 +169,116 @@ impl PgStore {
             }
         }
         Ok(page)
+    }
+
+    pub(super) fn note(&self, ck: &(ClientId, Key), replay: bool) {
+        let mut activity = self.inner.activity.lock();
+        if activity.len() >= ACTIVITY_MAX && !activity.contains_key(ck) {
+            activity.clear();
+        }
+        let e = activity.entry(ck.clone()).or_default();
+        if replay {
+            e.0 = e.0.saturating_add(1);
+        } else {
+            e.1 = e.1.saturating_add(1);
+        }
+    }
+
+    pub(super) fn activity(&self, ck: &(ClientId, Key)) -> (u32, u32) {
+        self.inner
+            .activity
+            .lock()
+            .get(ck)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// A key's committed row with its fact: (status, fingerprint, fact), read without the
+    /// row's lock; `None` for a key with no row.
+    pub(super) async fn key_with_fact(
+        &self,
+        client: &ClientId,
+        key: &Key,
+    ) -> Result<Option<(String, Fingerprint, Option<Fact>)>> {
+        let conn = self.conn().await?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let stmt = conn
+            .prepare_cached(
+                "SELECT k.status, k.request_hash, f.seq, f.body \
+                 FROM idempotency_keys k LEFT JOIN facts f ON f.seq = k.seq \
+                 WHERE k.client = $1 AND k.key = $2",
+            )
+            .await
+            .map_err(pg)?;
+        let Some(row) = conn
+            .query_opt(&stmt, &[&client.as_str(), &key.as_str()])
+            .await
+            .map_err(pg)?
+        else {
+            return Ok(None);
+        };
+        let status: String = get(&row, 0)?;
+        let (fingerprint, fact) = self.key_fact(&row, 1)?;
+        Ok(Some((status, fingerprint, fact)))
+    }
+
+    /// A key as `idem_claim_v3` answers it when seen (from column 2) or a plain read of its
+    /// row (from column 0): its fingerprint, then its fact's seq and body, if it has one.
+    fn key_fact(&self, row: &Row, from: usize) -> Result<(Fingerprint, Option<Fact>)> {
+        let hash: &[u8] = get(row, from)?;
+        let fingerprint = Fingerprint(
+            hash.try_into()
+                .map_err(|_| self.corrupt("a key's fingerprint of the wrong length".into()))?,
+        );
+        let seq: Option<i64> = get(row, from + 1)?;
+        let body: Option<&[u8]> = get(row, from + 2)?;
+        let fact = match (seq, body) {
+            (Some(seq), Some(body)) => Some(self.decode(seq, body)?),
+            _ => None,
+        };
+        Ok((fingerprint, fact))
+    }
+
+    pub(super) async fn sweep_now(&self) -> Result<usize> {
+        let horizon = self
+            .inner
+            .rules
+            .clock
+            .now()
+            .saturating_sub_ms(ms_i64(self.inner.rules.retention));
+        let horizon = db_time(horizon)?;
+        let pg = |e: tokio_postgres::Error| pg_err(&e);
+        let mut total = 0usize;
+        loop {
+            let mut conn = self.conn().await?;
+            let tx = conn.transaction().await.map_err(pg)?;
+            // SKIP LOCKED: two workers sweeping at once take different keys.
+            let row = tx
+                .query_one(
+                    "WITH old AS ( \
+                         SELECT client, key FROM idempotency_keys \
+                         WHERE status = 'done' AND created_at <= $1 \
+                         ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+                     gone AS ( \
+                         UPDATE idempotency_keys k SET status = 'expired', response = NULL \
+                         FROM old WHERE k.client = old.client AND k.key = old.key \
+                         RETURNING 1) \
+                     SELECT count(*) FROM gone",
+                    &[&horizon, &SWEEP_BATCH],
+                )
+                .await
+                .map_err(pg)?;
+            let n: i64 = get(&row, 0)?;
+            if n > 0 {
+                tx.execute(SQL_COUNT, &[&COUNTER_EXPIRED, &self.next_shard(), &n])
+                    .await
+                    .map_err(pg)?;
+            }
+            tx.commit().await.map_err(pg)?;
+            total += usize::try_from(n).unwrap_or(0);
+            if n < SWEEP_BATCH {
+                return Ok(total);
+            }
+        }
     }
 }

@@ -1,9 +1,21 @@
-//! `verify` on PostgreSQL: the log folded in one snapshot and checked with the checks
-//! both stores share.
+//! PgStore's verify: the log folded in one snapshot and checked with the checks both
+//! stores share.
 
-// The store's helpers (errors, conversions, claims) and what it imports.
-use super::*;
-use crate::store::verify as checks;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio_postgres::IsolationLevel;
+
+use super::balances::SQL_BALANCES;
+use super::copy::{CopyReader, CopyRow, RowBatch, copy_sql};
+use super::counters::stats_from_counters;
+use super::db::{Result, get, pg_err};
+use super::state::PgStore;
+use crate::domain::{Account, Currency, Fingerprint};
+use crate::fact::{self, Fact};
+use crate::projection::{Balances, Stats};
+use crate::store::LedgerError;
+use crate::store::verify::{self as checks, Report, VerifyReport};
 
 /// The guarantee `verify` checks instead of sled's gapless log (see the module docs).
 pub(super) const SEQ_ORDER: &str = "the log's sequence numbers are unique and increasing";
