@@ -332,7 +332,7 @@ impl Model {
         }
         for (id, intent) in &self.acked {
             // The inbox record names the fact that answers the message: its key's.
-            let answered_by = |r: &ledger::store::sled::index::InboxRecord| {
+            let answered_by = |r: &ledger::store::sled::readback::InboxRecord| {
                 data.facts
                     .get(&r.seq)
                     .map(|f| (f.client.clone(), f.key.clone()))

@@ -53,8 +53,9 @@ use std::time::Duration;
 
 use ledger::core::{self, Seen};
 use ledger::store::sled::decider::{Decider, Reads, Sealed, Staged};
-use ledger::store::sled::index::{Decoded, InboxRecord, KeyRecord, MemIndex, decode_record};
+use ledger::store::sled::index::MemIndex;
 use ledger::store::sled::journal::{Group, Op};
+use ledger::store::sled::readback::{Decoded, InboxRecord, KeyRecord, decode_record};
 use ledger::{
     Balances, ClientId, Command, Fact, Fingerprint, Key, LedgerError, MessageId, Observed, Outcome,
     Stats, Submission, Timestamp,

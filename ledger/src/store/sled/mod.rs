@@ -64,6 +64,8 @@ mod committer;
 pub mod decider;
 #[doc(hidden)]
 pub mod index;
+#[doc(hidden)]
+pub mod readback;
 // Public but hidden: the journal's format and recovery are the store's internals, reached
 // from outside only by its tests and benchmarks.
 #[doc(hidden)]
