@@ -18,7 +18,19 @@ use std::path::{Path, PathBuf};
 /// `use super::*` outside its tests.
 #[test]
 fn store_pg_has_no_import_circle() {
-    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store/pg");
+    holds_no_circle("src/store/pg");
+}
+
+/// The same for the sled store's files.
+#[test]
+fn store_sled_has_no_import_circle() {
+    holds_no_circle("src/store/sled");
+}
+
+/// The files of the folder at `relative` (to the crate) import one another without a
+/// circle, and none with `use super::*` outside its tests.
+fn holds_no_circle(relative: &str) {
+    let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
     let graph = folder_graph(&folder).unwrap();
     println!("{}", graph.describe());
     assert!(
@@ -402,8 +414,11 @@ impl FileScan<'_> {
                 }
                 Tok::Ident(_) if i == 0 || toks[i - 1].0 != Tok::Path => {
                     // A path in the code: its segments up to the first that is not
-                    // followed by `::`. Skipped after `in` (a `pub(in …)` visibility).
-                    let after_in = i > 0 && toks[i - 1].0 == Tok::Ident("in".into());
+                    // followed by `::`. Skipped after `(in` (a `pub(in …)` visibility),
+                    // not after a `for` loop's `in`, which opens a path like any other.
+                    let after_in = i > 1
+                        && toks[i - 1].0 == Tok::Ident("in".into())
+                        && toks[i - 2].0 == Tok::Punct('(');
                     let mut path = Vec::new();
                     let mut j = i;
                     while let Some(w) = ident(j) {
@@ -650,6 +665,25 @@ fn a_layered_folder_has_no_circle() {
     );
     assert_eq!(graph.circle(), None);
     assert!(graph.globs.is_empty(), "{:?}", graph.globs);
+}
+
+#[test]
+fn a_path_after_a_for_loop_s_in_is_a_dependency() {
+    // `in` comes before a path in a `pub(in …)` visibility, no dependency, and in a `for`
+    // loop, one.
+    let (_dir, folder) = fixture(&[
+        ("mod.rs", "mod a;\nmod b;\n"),
+        (
+            "a.rs",
+            "pub(in crate::store::fixture) fn f() {\n    for x in super::b::all() {}\n}\n",
+        ),
+        ("b.rs", "pub fn all() -> Vec<u8> { Vec::new() }\n"),
+    ]);
+    let graph = folder_graph(&folder).unwrap();
+    assert_eq!(
+        graph.describe(),
+        "a.rs -> b.rs\nb.rs -> nothing\nmod.rs -> nothing\n"
+    );
 }
 
 #[test]

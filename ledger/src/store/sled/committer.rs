@@ -1,6 +1,9 @@
-//! The sled store's writer.
+//! The sled store's writer: the requests it takes (`Request`; a command is `Queued` with
+//! its `Reply`), the decider's thread and the leader that drive the decider, the syncer
+//! that writes, applies and answers the sealed groups, and the checkpoints. The decider
+//! reads sled through `Reads`, implemented here for `Shared`: this file is where the two
+//! meet, and the decider knows nothing of `Shared`.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -9,19 +12,23 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::domain::{Account, ClientId, Command, Currency, Fingerprint, Key, MessageId};
+use crate::domain::{ClientId, Command, Fingerprint, Key, MessageId};
 use crate::fact::DecodeError;
 use crate::projection::Stats;
 use crate::store::verify::VerifyReport;
 use crate::store::{LATENCY_BUCKETS_US, LedgerError, Submission};
 
+use super::config::duration_ms;
 use super::decider::{self, Decider, Reads};
+use super::error::Result;
+use super::folder::flush_sled;
 use super::journal::{Group, Journal, Op};
+use super::rebuild;
 use super::records::{
-    GROUP_KEY, P_ACCOUNT, P_QUARANTINE, P_STATEMENT, STATEMENTS_READY_KEY, STATS_KEY, account_key,
-    encode, io_err, seq_of,
+    GROUP_KEY, P_ACCOUNT, P_QUARANTINE, P_STATEMENT, STATEMENTS_READY_KEY, STATS_KEY, encode,
+    io_err, seq_of,
 };
-use super::{Reply, Result, Shared, duration_ms};
+use super::shared::Shared;
 
 pub(super) enum Request {
     Command(Queued),
@@ -228,6 +235,10 @@ impl Pending {
     }
 }
 
+/// Called exactly once with the answer, from the committer thread (keep it short) or
+/// from the submitting thread when no write is needed.
+pub type Reply = Box<dyn FnOnce(Result<Submission>) + Send>;
+
 /// A command as the committer takes it from the queue.
 pub(super) struct Queued {
     pub ck: (ClientId, Key),
@@ -237,47 +248,6 @@ pub(super) struct Queued {
     pub message: Option<MessageId>,
     pub arrived: Instant,
     pub reply: Reply,
-}
-
-/// The balances, stats and statement runs that groups applied since sled last took them
-/// left, kept out of sled's tree until a checkpoint (or a verify's step) needs them there.
-/// Every group's journal record carries them as absolute values, so recovery replays them
-/// with the rest. Readers take balances and stats from the published state, never from
-/// sled, and read statement runs here before sled (`statements::merged`). Each group
-/// touches its accounts' balance records, their last statement runs and the stats record:
-/// left to the checkpoint, those are one insert per account every few seconds instead of
-/// most of sled's inserts on the commit path, whose thread also syncs the journal.
-#[derive(Default)]
-pub(super) struct Deferred {
-    balances: HashMap<Account, BTreeMap<Currency, i128>>,
-    stats: Option<Stats>,
-    /// Statement runs by their record's key, as the last group that extended each left it.
-    runs: BTreeMap<Vec<u8>, sled::IVec>,
-}
-
-impl Deferred {
-    pub(super) fn memory(&self) -> Vec<crate::memory::MemoryUse> {
-        let runs = self
-            .runs
-            .iter()
-            .map(|(k, v)| {
-                // A B-tree's entry takes its slot, about half again for the nodes' slack,
-                // and the two heap buffers.
-                let slot = std::mem::size_of::<(Vec<u8>, sled::IVec)>() as u64 * 3 / 2;
-                slot + crate::memory::heap_str(k.len()) + crate::memory::heap_str(v.len())
-            })
-            .sum();
-        vec![
-            crate::memory::balances_use_of("deferred_balances", &self.balances),
-            crate::memory::MemoryUse {
-                structure: "deferred_runs",
-                entries: self.runs.len() as u64,
-                limit: crate::memory::Limit::Accounts,
-                bytes: runs,
-                bound_bytes: None,
-            },
-        ]
-    }
 }
 
 /// A record the commit path leaves to [`Deferred`]: a balance, a statement run, or the
@@ -300,60 +270,6 @@ fn apply_live(group: &Group, tree: &sled::Tree) -> sled::Result<()> {
         }
     }
     Ok(())
-}
-
-impl Shared {
-    /// Notes what an applied group left of the deferred records.
-    fn defer(&self, applied: &Sealed, group: &Group) {
-        let mut d = self.deferred.lock();
-        for (account, per) in &applied.accounts {
-            d.balances.insert(account.clone(), per.clone());
-        }
-        d.stats = Some(applied.stats.clone());
-        for op in &group.ops {
-            if let Op::Put { key, value } = op
-                && key.first() == Some(&P_STATEMENT)
-            {
-                d.runs.insert(key.clone(), value.as_slice().into());
-            }
-        }
-    }
-
-    /// The deferred statement runs whose keys are in `range`, in key order. A reader takes
-    /// them before it reads sled's: a run that leaves for sled in between is in sled by
-    /// then, since [`Shared::write_deferred`] inserts it before letting go of the lock.
-    pub(super) fn deferred_runs(
-        &self,
-        range: impl std::ops::RangeBounds<Vec<u8>>,
-    ) -> Vec<(Vec<u8>, sled::IVec)> {
-        let d = self.deferred.lock();
-        d.runs
-            .range(range)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect()
-    }
-
-    /// Puts the deferred records into sled's memory: before a checkpoint flushes sled for
-    /// the last applied group, and before a verify's step reads them.
-    pub(super) fn write_deferred(&self) -> Result<()> {
-        let mut d = self.deferred.lock();
-        for (account, per) in std::mem::take(&mut d.balances) {
-            for (currency, balance) in per {
-                self.tree
-                    .insert(account_key(&account, currency), &balance.to_be_bytes()[..])
-                    .map_err(io_err)?;
-            }
-        }
-        if let Some(stats) = d.stats.take() {
-            self.tree
-                .insert(STATS_KEY, encode(&stats))
-                .map_err(io_err)?;
-        }
-        for (key, run) in std::mem::take(&mut d.runs) {
-            self.tree.insert(key, run).map_err(io_err)?;
-        }
-        Ok(())
-    }
 }
 
 pub(super) struct Committer {
@@ -380,22 +296,6 @@ impl Reads for Shared {
     fn corrupt(&self, e: DecodeError) -> LedgerError {
         Shared::corrupt(self, e)
     }
-}
-
-/// Makes everything applied to sled so far durable in sled's own files: sled's flush, then
-/// an fdatasync of its data file (`None`: syncs are off). sled's flush syncs with
-/// `sync_file_range`, which flushes neither the drive's write cache nor the file's size;
-/// fdatasync does both (ARCHITECTURE.md, durability).
-pub(super) fn flush_sled(db: &sled::Db, data_file: Option<&std::fs::File>) -> Result<()> {
-    db.flush().map_err(io_err)?;
-    // sled has written, nothing is synced: a power loss here leaves its files holding any
-    // part of those writes (the power-loss test cuts them so).
-    crash_point!("checkpoint.before_sync");
-    if let Some(f) = data_file {
-        f.sync_data()
-            .map_err(|e| LedgerError::Unavailable(format!("fdatasync: {e}")))?;
-    }
-    Ok(())
 }
 
 impl Committer {
@@ -845,7 +745,7 @@ impl Syncer {
             };
             match apply_live(group, &shared.tree) {
                 Ok(()) => {
-                    shared.defer(s, group);
+                    shared.defer(&s.accounts, &s.stats, group);
                     crash_point!("sync.after_apply");
                     shared.applied_group.store(group.number, Ordering::Release);
                 }
@@ -969,7 +869,7 @@ impl Checkpoints {
                             group: ask.group,
                             base: ask
                                 .compact
-                                .then(|| super::rebuild::write_base(&tree, &path, ask.group).ok())
+                                .then(|| rebuild::write_base(&tree, &path, ask.group).ok())
                                 .flatten(),
                         });
                     if done_tx.send(flushed).is_err() {

@@ -14,14 +14,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::committer::flush_sled;
+use super::config::{SledConfig, sled_config};
+use super::error::{Result, open_err};
+use super::folder::{JOURNAL_DIR, flush_sled, sync_dir, wait_until_released};
 use super::journal::{self, Op};
 use super::records::{GROUP_KEY, P_ACCOUNT, P_KEY, P_STATEMENT, STATS_KEY, decode, io_err};
-use super::{JOURNAL_DIR, SledConfig, open_err, sled_config};
 use crate::projection::Stats;
 use crate::store::{IndexRebuild, LedgerError};
-
-type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
 /// Present in the ledger's folder while a rebuild is under way.
 pub(super) const REBUILDING: &str = "rebuilding";
@@ -35,40 +34,6 @@ const KEYS_BATCH: usize = 4096;
 const REBUILD_CACHE: u64 = 1 << 30;
 /// A progress line every this many groups.
 const PROGRESS_EVERY: u64 = 100_000;
-
-/// Creates the ledger's folder when it does not exist, and syncs its entry into the parent
-/// (and so on up to the first folder that existed), so that a new ledger's folder cannot
-/// vanish with a power loss after its first acknowledged command.
-pub(super) fn ensure_folder(path: &Path) -> Result<()> {
-    let io = |what: &str, e: std::io::Error| {
-        LedgerError::Unavailable(format!("{what} {}: {e}", path.display()))
-    };
-    if path.is_dir() {
-        return Ok(());
-    }
-    let mut missing = Vec::new();
-    let mut at = Some(path);
-    while let Some(p) = at.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        missing.push(p.to_path_buf());
-        at = p.parent();
-    }
-    fs::create_dir_all(path).map_err(|e| io("creating", e))?;
-    for created in missing {
-        let parent = match created.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        sync_dir(&parent)?;
-    }
-    Ok(())
-}
-
-/// Syncs a folder, so that entries created, renamed or removed in it stay so.
-pub(super) fn sync_dir(dir: &Path) -> Result<()> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| LedgerError::Unavailable(format!("syncing the folder {}: {e}", dir.display())))
-}
 
 /// Whether the log of record reaches back to the ledger's start: a base exists. A ledger
 /// last opened by a build that deleted its journal's old segments has none until its next
@@ -163,7 +128,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         .map_err(|e| LedgerError::Unavailable(format!("opening the data file: {e}")))?;
     flush_sled(&db, Some(&data_file))?;
     drop((tree, db));
-    super::wait_until_released(path);
+    wait_until_released(path);
     for name in ["conf", "db"] {
         if let Ok(f) = fs::File::open(path.join(name)) {
             f.sync_all()

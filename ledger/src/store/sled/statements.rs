@@ -15,11 +15,12 @@ use crate::fact::{DecodeError, Fact};
 use crate::projection::statement_line;
 use crate::store::LedgerError;
 
+use super::error::{Result, open_err};
 use super::journal::{put_varint, take_varint};
 use super::records::{
     STATEMENTS_READY_KEY, io_err, split_statement, statement_key, statement_prefix,
 };
-use super::{Result, Shared, open_err};
+use super::shared::Shared;
 
 /// The most movements one record holds. A run is rewritten whole at each movement it
 /// takes (once per group, at most), so a longer run costs sled more bytes per write.
