@@ -138,8 +138,10 @@ pub struct Data {
     pub balances: Balances,
     pub refunded: BTreeMap<Ck, u64>,
     pub inbox: BTreeMap<MessageId, InboxRecord>,
-    /// Quarantined messages, by id.
+    /// The highest quarantine id, and how many quarantine records there are: a new id for
+    /// each, 1, 2, 3, ..., so the two are equal.
     pub quarantined: u64,
+    pub quarantines: u64,
     pub stats: Stats,
 }
 
@@ -181,7 +183,10 @@ impl Data {
             Decoded::Inbox(id, rec) => {
                 self.inbox.insert(id, rec);
             }
-            Decoded::Quarantined(id) => self.quarantined = self.quarantined.max(id),
+            Decoded::Quarantined(id) => {
+                self.quarantined = self.quarantined.max(id);
+                self.quarantines += 1;
+            }
             Decoded::Stats(s) => self.stats = s,
             Decoded::Derived => {}
         }
@@ -613,6 +618,21 @@ impl SimStore {
                     && let Err(e) = self.view.apply(group)
                 {
                     self.note_broken(format!("a sealed group cannot be read back: {e}"));
+                }
+                // The decider's live projections are what its groups wrote, decoded.
+                if self.decider.balances() != &self.view.balances {
+                    self.note_broken(format!(
+                        "the decider's balances {:?} are not its groups' {:?}",
+                        self.decider.balances().accounts,
+                        self.view.balances.accounts
+                    ));
+                }
+                if self.decider.stats() != &self.view.stats {
+                    self.note_broken(format!(
+                        "the decider's stats {:?} are not its groups' {:?}",
+                        self.decider.stats(),
+                        self.view.stats
+                    ));
                 }
                 self.view_version += 1;
                 self.sealed.push_back(sealed);

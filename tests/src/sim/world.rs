@@ -365,6 +365,14 @@ impl World {
         if let Some(broken) = self.store.broken() {
             return self.fail(format!("invariant broken: {broken}"));
         }
+        // Every quarantined message heard of is kept, each under an id of its own.
+        let d = self.store.durable();
+        if d.quarantines != d.quarantined || d.quarantines < self.report.quarantined as u64 {
+            return self.fail(format!(
+                "{} quarantine records up to id {} for {} messages told quarantined",
+                d.quarantines, d.quarantined, self.report.quarantined
+            ));
+        }
         let versions = (self.store.durable_version, self.store.view_version);
         if versions.0 != self.checked.0
             && let Err(e) = self.model.check(self.store.durable(), true)

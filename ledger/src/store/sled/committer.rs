@@ -743,6 +743,16 @@ impl Syncer {
             let Some(group) = s.group.as_ref().filter(|_| error.is_none()) else {
                 continue;
             };
+            // Each group reaches sled once, right after the one before it, and only once
+            // its journal sync returned (it is here only without an error).
+            let applied = shared.applied_group.load(Ordering::Acquire);
+            if applied + 1 != group.number {
+                *error = Some(shared.fail(format!(
+                    "invariant broken, nothing applied: group {} follows group {applied} in sled",
+                    group.number
+                )));
+                continue;
+            }
             match apply_live(group, &shared.tree) {
                 Ok(()) => {
                     shared.defer(&s.accounts, &s.stats, group);

@@ -742,7 +742,225 @@ fn fact(reads: &impl Reads, seq: u64) -> Result<Option<Fact>> {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use std::collections::HashSet;
+
     use super::*;
+    use crate::domain::Amount;
+    use crate::store::sled::index::MemIndex;
+
+    /// The index in memory and the claims: all the decider reads.
+    #[derive(Default)]
+    struct Mem {
+        index: MemIndex,
+        claims: HashSet<Ck>,
+    }
+
+    impl Reads for Mem {
+        type Index = MemIndex;
+        fn index(&self) -> &MemIndex {
+            &self.index
+        }
+        fn claimed(&self, ck: &Ck) -> bool {
+            self.claims.contains(ck)
+        }
+        fn corrupt(&self, e: DecodeError) -> LedgerError {
+            LedgerError::Corrupt {
+                path: "memory".into(),
+                detail: e.to_string(),
+            }
+        }
+    }
+
+    fn ck(key: &str) -> Ck {
+        (ClientId::default_client(), Key::parse(key).unwrap())
+    }
+
+    fn deposit(account: &str, units: u64) -> Command {
+        Command::Deposit {
+            account: Account::parse(account).unwrap(),
+            amount: Amount::new(units).unwrap(),
+            currency: Currency::parse("RUB").unwrap(),
+        }
+    }
+
+    fn refund(withdrawal: &str, units: u64) -> Command {
+        Command::Refund {
+            withdrawal: Key::parse(withdrawal).unwrap(),
+            amount: Amount::new(units).unwrap(),
+        }
+    }
+
+    /// Decides `command` under `key` into `staged`, holding its answer as the driver does.
+    fn decide(
+        d: &mut Decider,
+        mem: &Mem,
+        staged: &mut Staged<Submission>,
+        stats: &mut Stats,
+        key: &str,
+        command: &Command,
+    ) -> Submission {
+        let answer = d
+            .decide(
+                mem,
+                staged,
+                stats,
+                Timestamp(1_000),
+                &ck(key),
+                command,
+                command.fingerprint(),
+                None,
+            )
+            .unwrap();
+        if !matches!(answer, Submission::InProgress { .. }) {
+            staged.answers.push(answer.clone());
+        }
+        answer
+    }
+
+    fn seal(d: &mut Decider, staged: Staged<Submission>, stats: &mut Stats) -> Group {
+        let sealed = d.seal(staged, stats, Observed::default());
+        let sealed = sealed.ok().unwrap().unwrap();
+        sealed.group.unwrap()
+    }
+
+    #[test]
+    fn a_group_counts_its_commands_and_is_read_before_the_index_until_applied() {
+        let mut mem = Mem::default();
+        let mut d = Decider::new(1, 1, Balances::default(), Stats::default());
+        let mut staged = Staged::default();
+        let mut stats = d.stats().clone();
+        let d1 = deposit("alice", 100);
+        assert!(matches!(
+            decide(&mut d, &mem, &mut staged, &mut stats, "d-1", &d1),
+            Submission::Executed(_)
+        ));
+        // A replay in the same group counts as a command too: it waits for the group.
+        assert!(matches!(
+            decide(&mut d, &mem, &mut staged, &mut stats, "d-1", &d1),
+            Submission::Replayed(_)
+        ));
+        // A refund of a claimed withdrawal not decided yet stages nothing.
+        mem.claims.insert(ck("w-1"));
+        assert!(matches!(
+            decide(
+                &mut d,
+                &mem,
+                &mut staged,
+                &mut stats,
+                "r-1",
+                &refund("w-1", 5)
+            ),
+            Submission::InProgress { .. }
+        ));
+        let group = seal(&mut d, staged, &mut stats);
+        assert_eq!((group.number, group.seqs.clone()), (1, 1..2));
+        assert_eq!((d.next_group(), d.last_group(), d.unapplied()), (2, 2, 1));
+        assert_eq!(d.stats().last_seq, 1);
+        let alice = Account::parse("alice").unwrap();
+        assert_eq!(d.balances().user_account(&alice).unwrap().balance, 100);
+
+        // Not in the index yet: the sealed group answers for the key.
+        let mut staged = Staged::default();
+        let mut stats = d.stats().clone();
+        assert!(matches!(
+            decide(&mut d, &mem, &mut staged, &mut stats, "d-1", &d1),
+            Submission::Replayed(_)
+        ));
+        // Once the index holds the group, the decider lets go of it and reads the index.
+        mem.index.apply(&group);
+        d.applied(1);
+        assert_eq!(d.unapplied(), 0);
+        assert!(matches!(
+            decide(&mut d, &mem, &mut staged, &mut stats, "d-1", &d1),
+            Submission::Replayed(_)
+        ));
+        // Forgetting the group without the index holding it would lose the key.
+        let mut forgetful = Decider::new(1, 1, Balances::default(), Stats::default());
+        let mut staged = Staged::default();
+        let mut stats = Stats::default();
+        decide(
+            &mut forgetful,
+            &Mem::default(),
+            &mut staged,
+            &mut stats,
+            "d-1",
+            &d1,
+        );
+        seal(&mut forgetful, staged, &mut stats);
+        forgetful.applied(1);
+        let mut staged = Staged::default();
+        let mut stats = forgetful.stats().clone();
+        assert!(matches!(
+            decide(
+                &mut forgetful,
+                &Mem::default(),
+                &mut staged,
+                &mut stats,
+                "d-1",
+                &d1
+            ),
+            Submission::Executed(_)
+        ));
+    }
+
+    #[test]
+    fn quarantine_ids_follow_one_another_and_go_into_the_group() {
+        let mut d = Decider::new(1, 5, Balances::default(), Stats::default());
+        let mut staged: Staged<Submission> = Staged::default();
+        let ids: Vec<u64> = (0..3)
+            .map(|i| d.quarantine(&mut staged, Timestamp(i), None, "why".into(), "{}".into()))
+            .collect();
+        assert_eq!(ids, vec![5, 6, 7]);
+        let keys: Vec<Vec<u8>> = staged
+            .group
+            .ops
+            .iter()
+            .map(|op| match op {
+                super::super::journal::Op::Put { key, .. } => key.clone(),
+                super::super::journal::Op::Remove { key } => key.clone(),
+            })
+            .collect();
+        let expected: Vec<Vec<u8>> = ids.iter().map(|id| quarantine_key(*id).to_vec()).collect();
+        assert_eq!(keys, expected);
+    }
+
+    #[test]
+    fn statement_runs_are_kept_per_account_with_their_bytes() {
+        let mem = Mem::default();
+        let mut d = Decider::new(1, 1, Balances::default(), Stats::default());
+        assert_eq!(d.tails_use(), (0, 0));
+        let mut staged = Staged::default();
+        let mut stats = d.stats().clone();
+        decide(
+            &mut d,
+            &mem,
+            &mut staged,
+            &mut stats,
+            "a-1",
+            &deposit("alice", 1),
+        );
+        decide(
+            &mut d,
+            &mem,
+            &mut staged,
+            &mut stats,
+            "a-2",
+            &deposit("alice", 2),
+        );
+        decide(
+            &mut d,
+            &mem,
+            &mut staged,
+            &mut stats,
+            "b-1",
+            &deposit("bob", 3),
+        );
+        seal(&mut d, staged, &mut stats);
+        let (entries, heap) = d.tails_use();
+        // alice's run holds two movements (bytes on the heap), bob's one (none yet).
+        assert_eq!(entries, 2);
+        assert!(heap > 1, "{heap}");
+    }
 
     #[test]
     fn a_group_is_sealed_only_with_its_seqs_in_order_and_no_balance_below_zero() {
