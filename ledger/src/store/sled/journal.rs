@@ -59,6 +59,17 @@
 //! of its own (`spare.making`, then `spare.ready` once whole and synced), and the append
 //! that needs it only renames it into place.
 //!
+//! # Files
+//!
+//! Every file operation goes through an [`Fs`] (see [`fs`]): the journal is
+//! `Journal<F: Fs = OsFs>`, where [`OsFs`] is the disk through `std::fs`, call for call,
+//! and [`simfs::SimFs`] a disk in memory whose power can be cut, over which the
+//! simulation and the tests run this same code, recovery included. Generic rather than
+//! `dyn`, so that the append path on disk compiles to the same direct calls as it would
+//! without the seam. A file system that wants no threads ([`Fs::threads`]: the simulated
+//! one) gets its spare segment made inline, at the moment it is asked for, instead of on
+//! the thread, so that a seeded run makes the same calls in the same order every time.
+//!
 //! # Recovery
 //!
 //! [`Journal::open`] is given the checkpoint: the last group the index (sled) holds
@@ -94,10 +105,8 @@
 //! [`Journal::drop_through`] deletes the segments wholly at or below it and the older
 //! bases: the folder holds one base and the groups after it.
 
-use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,6 +115,13 @@ use std::thread::JoinHandle;
 use crossbeam_channel::Sender;
 
 use crate::store::LedgerError;
+
+pub mod fs;
+#[doc(hidden)]
+pub mod simfs;
+
+pub use fs::{Fs, FsFile, Open, OsFs};
+use fs::{ReadAt, WriteAt};
 
 /// The extension of segment files.
 pub const SEGMENT_EXT: &str = "jnl";
@@ -175,7 +191,8 @@ pub struct JournalOptions {
     /// Keep the next segment made ahead, on a thread of its own, so that the append that
     /// starts a segment renames a ready file instead of writing a segment's worth of zeros
     /// (tens to hundreds of milliseconds for 64 MiB) while commits wait. Not used with
-    /// [`Preallocate::Grow`], whose segments cost nothing to make.
+    /// [`Preallocate::Grow`], whose segments cost nothing to make. Over a file system that
+    /// wants no threads ([`Fs::threads`]), the spare is made inline when asked for.
     pub prepare_ahead: bool,
 }
 
@@ -364,30 +381,32 @@ struct Segment {
 
 /// The segment appends go to.
 #[derive(Debug)]
-struct Current {
-    file: File,
+struct Current<T> {
+    file: T,
     /// Where the next record is written.
     end: u64,
     /// Where the segment's room ends.
     capacity: u64,
 }
 
-/// An open journal; the only writer of its folder.
+/// An open journal; the only writer of its folder. Its files are `F`'s: the disk's by
+/// default, a simulated disk's in the simulation (see [`fs`]).
 #[derive(Debug)]
-pub struct Journal {
+pub struct Journal<F: Fs = OsFs> {
+    fs: F,
     dir: PathBuf,
     options: JournalOptions,
     /// In group order; the last is the one appended to, if `current` is set.
     segments: Vec<Segment>,
-    current: Option<Current>,
+    current: Option<Current<F::File>>,
     next_group: u64,
     /// The encoding buffer, kept between appends.
     buf: Vec<u8>,
     failed: Option<String>,
-    spare: Option<Spare>,
+    spare: Option<Spare<F>>,
 }
 
-impl Journal {
+impl Journal<OsFs> {
     /// Opens (or creates) the journal in `dir`. `checkpoint` is the last group the index
     /// holds durably (0: none); the groups after it come back in [`Recovery::groups`].
     /// Refuses to open on damage, and changes nothing then; cuts off a torn tail.
@@ -396,6 +415,18 @@ impl Journal {
         options: JournalOptions,
         checkpoint: u64,
     ) -> Result<(Journal, Recovery)> {
+        Journal::open_with(OsFs, dir, options, checkpoint)
+    }
+}
+
+impl<F: Fs> Journal<F> {
+    /// [`Journal::open`] over the file system `fs`.
+    pub fn open_with(
+        fs: F,
+        dir: &Path,
+        options: JournalOptions,
+        checkpoint: u64,
+    ) -> Result<(Journal<F>, Recovery)> {
         if options.segment_size < SEGMENT_MIN {
             return Err(JournalError::Invalid {
                 number: 0,
@@ -405,15 +436,17 @@ impl Journal {
                 ),
             });
         }
-        if !dir.exists() {
-            fs::create_dir_all(dir).map_err(io_at(format!("creating {}", dir.display())))?;
+        if !fs.exists(dir) {
+            fs.create_dir_all(dir)
+                .map_err(io_at(format!("creating {}", dir.display())))?;
             if let Some(parent) = dir.parent() {
-                sync_dir(parent)?;
+                sync_dir(&fs, parent)?;
             }
         }
-        let mut segments = list_segments(dir)?;
+        let mut segments = list_segments(&fs, dir)?;
         let mut groups = Vec::new();
         let scan = scan(
+            &fs,
             dir,
             &segments,
             checkpoint,
@@ -430,7 +463,7 @@ impl Journal {
         let mut removed_any = false;
         if let Some(tail) = &scan.torn {
             for later in segments.drain(tail.segment + 1..).rev() {
-                fs::remove_file(&later.path)
+                fs.remove_file(&later.path)
                     .map_err(io_at(format!("removing {}", later.path.display())))?;
                 removed_any = true;
             }
@@ -443,15 +476,14 @@ impl Journal {
             });
             ends.truncate(tail.segment + 1);
             if tail.offset == 0 {
-                fs::remove_file(&seg.path)
+                fs.remove_file(&seg.path)
                     .map_err(io_at(format!("removing {}", seg.path.display())))?;
                 removed_any = true;
                 segments.pop();
                 ends.pop();
             } else {
-                let file = OpenOptions::new()
-                    .write(true)
-                    .open(&seg.path)
+                let file = fs
+                    .open(&seg.path, Open::WRITE)
                     .map_err(io_at(format!("opening {}", seg.path.display())))?;
                 file.set_len(tail.offset)
                     .map_err(io_at(format!("cutting {}", seg.path.display())))?;
@@ -464,19 +496,19 @@ impl Journal {
             // A last segment holding no record: made for a record whose append never
             // returned. The next append makes its own, under the same name.
             if let Some(seg) = segments.pop() {
-                fs::remove_file(&seg.path)
+                fs.remove_file(&seg.path)
                     .map_err(io_at(format!("removing {}", seg.path.display())))?;
                 removed_any = true;
             }
             ends.pop();
         }
         if removed_any {
-            sync_dir(dir)?;
+            sync_dir(&fs, dir)?;
         }
         // A spare left by an earlier run holds only zeros; a new one is made below. Its
         // removal needs no sync: one that reappears after a crash is removed again.
         for name in [SPARE_MAKING, SPARE_READY] {
-            match fs::remove_file(dir.join(name)) {
+            match fs.remove_file(&dir.join(name)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => {
                     return Err(io_at(format!("removing {}", dir.join(name).display()))(e));
                 }
@@ -486,7 +518,7 @@ impl Journal {
 
         let current = match (segments.last(), ends.last()) {
             (Some(seg), Some(Some(end))) => {
-                let file = open_segment(&seg.path, options.sync)?;
+                let file = open_segment(&fs, &seg.path, options.sync)?;
                 let capacity = match options.preallocate {
                     Preallocate::Grow => seg.len.max(options.segment_size),
                     Preallocate::Zeros | Preallocate::Fallocate => seg.len,
@@ -502,9 +534,10 @@ impl Journal {
             _ => None,
         };
         let spare = (options.prepare_ahead && options.preallocate != Preallocate::Grow)
-            .then(|| Spare::start(dir, &options))
+            .then(|| Spare::start(&fs, dir, &options))
             .transpose()?;
         let journal = Journal {
+            fs,
             dir: dir.to_path_buf(),
             options,
             segments,
@@ -613,12 +646,13 @@ impl Journal {
             && spare.ready.swap(false, Ordering::AcqRel)
         {
             let ready = self.dir.join(SPARE_READY);
-            fs::rename(&ready, &path)
+            self.fs
+                .rename(&ready, &path)
                 .map_err(io_at(format!("renaming {} to {shown}", ready.display())))?;
-            sync_dir(&self.dir)?;
+            sync_dir(&self.fs, &self.dir)?;
             // Asked for only now: its first writes would otherwise join the folder's sync.
             spare.want();
-            let file = open_segment(&path, self.options.sync)?;
+            let file = open_segment(&self.fs, &path, self.options.sync)?;
             self.started(path, file, size);
             return Ok(());
         }
@@ -626,34 +660,33 @@ impl Journal {
             // Used up (or not made yet): the next one is made while this segment fills.
             spare.want();
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
+        let file = self
+            .fs
+            .open(&path, Open::CREATE_NEW)
             .map_err(io_at(format!("creating {shown}")))?;
         match self.options.preallocate {
             Preallocate::Zeros => {
                 write_zeros(&file, size).map_err(io_at(format!("writing zeros over {shown}")))?
             }
-            Preallocate::Fallocate => fs2::FileExt::allocate(&file, size)
+            Preallocate::Fallocate => file
+                .allocate(size)
                 .map_err(io_at(format!("preallocating {shown}")))?,
             Preallocate::Grow => {}
         }
         if self.options.preallocate != Preallocate::Grow {
             file.sync_all().map_err(io_at(format!("syncing {shown}")))?;
         }
-        sync_dir(&self.dir)?;
+        sync_dir(&self.fs, &self.dir)?;
         let file = match self.options.sync {
             SyncMode::Fdatasync | SyncMode::Never => file,
-            SyncMode::Dsync => open_segment(&path, SyncMode::Dsync)?,
+            SyncMode::Dsync => open_segment(&self.fs, &path, SyncMode::Dsync)?,
         };
         self.started(path, file, size);
         Ok(())
     }
 
     /// Appends go to the segment at `path` from now on.
-    fn started(&mut self, path: PathBuf, file: File, size: u64) {
+    fn started(&mut self, path: PathBuf, file: F::File, size: u64) {
         self.segments.push(Segment {
             first_group: self.next_group,
             path,
@@ -694,7 +727,7 @@ impl Journal {
         let mut deleted = 0;
         let mut result = Ok(());
         for seg in &self.segments[..deletable] {
-            if let Err(e) = fs::remove_file(&seg.path) {
+            if let Err(e) = self.fs.remove_file(&seg.path) {
                 result = Err(io_at(format!("deleting {}", seg.path.display()))(e));
                 break;
             }
@@ -702,16 +735,16 @@ impl Journal {
         }
         self.segments.drain(..deleted);
         let mut removed_base = false;
-        for (group, path, _) in list_bases(&self.dir)? {
+        for (group, path, _) in list_bases_with(&self.fs, &self.dir)? {
             if group < base_group && result.is_ok() {
-                if let Err(e) = fs::remove_file(&path) {
+                if let Err(e) = self.fs.remove_file(&path) {
                     result = Err(io_at(format!("deleting {}", path.display()))(e));
                 }
                 removed_base = true;
             }
         }
         if deleted > 0 || removed_base {
-            sync_dir(&self.dir)?;
+            sync_dir(&self.fs, &self.dir)?;
         }
         crash_point!("compact.after_delete");
         result.map(|()| deleted)
@@ -736,6 +769,11 @@ impl Journal {
         &self.dir
     }
 
+    /// The file system the journal's files are on.
+    pub fn fs(&self) -> &F {
+        &self.fs
+    }
+
     pub fn stats(&self) -> JournalStats {
         JournalStats {
             segments: self.segments.len(),
@@ -748,7 +786,7 @@ impl Journal {
     }
 }
 
-impl Drop for Journal {
+impl<F: Fs> Drop for Journal<F> {
     fn drop(&mut self) {
         if let Some(spare) = self.spare.take() {
             spare.stop();
@@ -756,26 +794,57 @@ impl Drop for Journal {
     }
 }
 
-/// The thread that makes the next segment ahead of need: one spare at a time, each asked
-/// for when the previous is taken (and once at open).
+/// What makes the next segment ahead of need: one spare at a time, each asked for when the
+/// previous is taken (and once at open). On a thread of its own, or, when the file system
+/// wants no threads ([`Fs::threads`]), inline, at the moment it is asked for.
 #[derive(Debug)]
-struct Spare {
+struct Spare<F: Fs> {
     /// Set once `spare.ready` is whole and synced; taken back by the append that renames it.
     ready: Arc<AtomicBool>,
-    stopping: Arc<AtomicBool>,
-    wanted: Sender<()>,
-    thread: Option<JoinHandle<()>>,
+    maker: Maker<F>,
 }
 
-impl Spare {
-    fn start(dir: &Path, options: &JournalOptions) -> Result<Spare> {
+#[derive(Debug)]
+enum Maker<F: Fs> {
+    Thread {
+        stopping: Arc<AtomicBool>,
+        wanted: Sender<()>,
+        thread: Option<JoinHandle<()>>,
+    },
+    Inline {
+        fs: F,
+        dir: PathBuf,
+        size: u64,
+        preallocate: Preallocate,
+        /// A spare failed: appends make their segments themselves from then on, as when
+        /// the thread stops on a failure.
+        failed: AtomicBool,
+    },
+}
+
+impl<F: Fs> Spare<F> {
+    fn start(fs: &F, dir: &Path, options: &JournalOptions) -> Result<Spare<F>> {
         let ready = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::new(AtomicBool::new(false));
-        let (wanted, asked) = crossbeam_channel::bounded::<()>(1);
         let (dir, size, preallocate) =
             (dir.to_path_buf(), options.segment_size, options.preallocate);
+        if !fs.threads() {
+            let spare = Spare {
+                ready,
+                maker: Maker::Inline {
+                    fs: fs.clone(),
+                    dir,
+                    size,
+                    preallocate,
+                    failed: AtomicBool::new(false),
+                },
+            };
+            spare.want();
+            return Ok(spare);
+        }
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (wanted, asked) = crossbeam_channel::bounded::<()>(1);
         let thread = {
-            let (ready, stopping) = (ready.clone(), stopping.clone());
+            let (ready, stopping, fs) = (ready.clone(), stopping.clone(), fs.clone());
             std::thread::Builder::new()
                 .name("idem-journal-spare".into())
                 .spawn(move || {
@@ -786,7 +855,7 @@ impl Spare {
                         if ready.load(Ordering::Acquire) {
                             continue;
                         }
-                        match make_spare(&dir, size, preallocate, &stopping) {
+                        match make_spare(&fs, &dir, size, preallocate, &stopping, true) {
                             Ok(true) => ready.store(true, Ordering::Release),
                             // Stopped, or failed: appends make their segments themselves,
                             // and a failure that matters shows there.
@@ -798,44 +867,72 @@ impl Spare {
         };
         let spare = Spare {
             ready,
-            stopping,
-            wanted,
-            thread: Some(thread),
+            maker: Maker::Thread {
+                stopping,
+                wanted,
+                thread: Some(thread),
+            },
         };
         spare.want();
         Ok(spare)
     }
 
     fn want(&self) {
-        // Full: already asked for, and not yet begun.
-        let _ = self.wanted.try_send(());
+        match &self.maker {
+            Maker::Thread { wanted, .. } => {
+                // Full: already asked for, and not yet begun.
+                let _ = wanted.try_send(());
+            }
+            Maker::Inline {
+                fs,
+                dir,
+                size,
+                preallocate,
+                failed,
+            } => {
+                if self.ready.load(Ordering::Acquire) || failed.load(Ordering::Acquire) {
+                    return;
+                }
+                let never = AtomicBool::new(false);
+                match make_spare(fs, dir, *size, *preallocate, &never, false) {
+                    Ok(made) => self.ready.store(made, Ordering::Release),
+                    Err(_) => failed.store(true, Ordering::Release),
+                }
+            }
+        }
     }
 
     /// Stops the thread (within one piece of zeros) and waits for it.
-    fn stop(mut self) {
-        self.stopping.store(true, Ordering::Release);
-        let _ = self.wanted.try_send(());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+    fn stop(self) {
+        if let Maker::Thread {
+            stopping,
+            wanted,
+            mut thread,
+        } = self.maker
+        {
+            stopping.store(true, Ordering::Release);
+            let _ = wanted.try_send(());
+            if let Some(thread) = thread.take() {
+                let _ = thread.join();
+            }
         }
     }
 }
 
 /// Writes a spare segment of `size` bytes and renames it ready; `false` if stopped first.
-fn make_spare(
+/// With `pace`, each piece of zeros is followed by a pause as long as it took.
+fn make_spare<F: Fs>(
+    fs: &F,
     dir: &Path,
     size: u64,
     preallocate: Preallocate,
     stopping: &AtomicBool,
+    pace: bool,
 ) -> io::Result<bool> {
     let making = dir.join(SPARE_MAKING);
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&making)?;
+    let file = fs.open(&making, Open::TRUNCATE)?;
     match preallocate {
-        Preallocate::Fallocate => fs2::FileExt::allocate(&file, size)?,
+        Preallocate::Fallocate => file.allocate(size)?,
         Preallocate::Zeros | Preallocate::Grow => {
             let zeros = vec![0u8; SPARE_PIECE];
             let mut at = 0u64;
@@ -849,7 +946,9 @@ fn make_spare(
                 file.write_all_at(&zeros[..n], at)?;
                 file.sync_data()?;
                 at += n as u64;
-                std::thread::sleep(started.elapsed());
+                if pace {
+                    std::thread::sleep(started.elapsed());
+                }
             }
         }
     }
@@ -857,8 +956,8 @@ fn make_spare(
         return Ok(false);
     }
     file.sync_all()?;
-    fs::rename(&making, dir.join(SPARE_READY))?;
-    File::open(dir)?.sync_all()?;
+    fs.rename(&making, &dir.join(SPARE_READY))?;
+    fs.sync_dir(dir)?;
     Ok(true)
 }
 
@@ -867,18 +966,12 @@ pub fn segment_name(group: u64) -> String {
     format!("{group:020}.{SEGMENT_EXT}")
 }
 
-fn open_segment(path: &Path, sync: SyncMode) -> Result<File> {
-    let mut options = OpenOptions::new();
-    options.read(true).write(true);
-    if sync == SyncMode::Dsync {
-        options.custom_flags(libc::O_DSYNC);
-    }
-    options
-        .open(path)
+fn open_segment<F: Fs>(fs: &F, path: &Path, sync: SyncMode) -> Result<F::File> {
+    fs.open(path, Open::READ_WRITE.dsync(sync == SyncMode::Dsync))
         .map_err(io_at(format!("opening {}", path.display())))
 }
 
-fn write_zeros(file: &File, size: u64) -> io::Result<()> {
+fn write_zeros<T: FsFile>(file: &T, size: u64) -> io::Result<()> {
     let zeros = vec![0u8; ZEROS_CHUNK];
     let mut at = 0u64;
     while at < size {
@@ -890,19 +983,18 @@ fn write_zeros(file: &File, size: u64) -> io::Result<()> {
 }
 
 /// Syncs a folder, so that the files created or removed in it stay so after a crash.
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+fn sync_dir<F: Fs>(fs: &F, dir: &Path) -> Result<()> {
+    fs.sync_dir(dir)
         .map_err(io_at(format!("syncing the folder {}", dir.display())))
 }
 
 /// The segments in `dir`, in group order.
-fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
+fn list_segments<F: Fs>(fs: &F, dir: &Path) -> Result<Vec<Segment>> {
     let mut segments = Vec::new();
-    let entries = fs::read_dir(dir).map_err(io_at(format!("listing {}", dir.display())))?;
-    for entry in entries {
-        let entry = entry.map_err(io_at(format!("listing {}", dir.display())))?;
-        let path = entry.path();
+    let entries = fs
+        .read_dir(dir)
+        .map_err(io_at(format!("listing {}", dir.display())))?;
+    for path in entries {
         if path.extension().and_then(|e| e.to_str()) != Some(SEGMENT_EXT) {
             continue;
         }
@@ -919,10 +1011,9 @@ fn list_segments(dir: &Path) -> Result<Vec<Segment>> {
                     path.display()
                 ),
             })?;
-        let len = entry
-            .metadata()
-            .map_err(io_at(format!("reading {}", path.display())))?
-            .len();
+        let len = fs
+            .len(&path)
+            .map_err(io_at(format!("reading {}", path.display())))?;
         segments.push(Segment {
             first_group,
             path,
@@ -946,11 +1037,21 @@ pub fn read_groups(
     after: u64,
     visit: Option<&mut dyn FnMut(Group) -> Result<()>>,
 ) -> Result<u64> {
-    if !dir.exists() {
+    read_groups_with(&OsFs, dir, after, visit)
+}
+
+/// [`read_groups`] over the file system `fs`.
+pub fn read_groups_with<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    after: u64,
+    visit: Option<&mut dyn FnMut(Group) -> Result<()>>,
+) -> Result<u64> {
+    if !fs.exists(dir) {
         return Ok(after);
     }
-    let segments = list_segments(dir)?;
-    Ok(scan(dir, &segments, after, visit)?.next_group - 1)
+    let segments = list_segments(fs, dir)?;
+    Ok(scan(fs, dir, &segments, after, visit)?.next_group - 1)
 }
 
 /// The name of the base of the index at `group`.
@@ -960,15 +1061,18 @@ pub fn base_name(group: u64) -> String {
 
 /// The bases in `dir` (group, path, bytes), oldest first.
 pub fn list_bases(dir: &Path) -> Result<Vec<(u64, PathBuf, u64)>> {
+    list_bases_with(&OsFs, dir)
+}
+
+/// [`list_bases`] over the file system `fs`.
+pub fn list_bases_with<F: Fs>(fs: &F, dir: &Path) -> Result<Vec<(u64, PathBuf, u64)>> {
     let mut bases = Vec::new();
-    let entries = match fs::read_dir(dir) {
+    let entries = match fs.read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(bases),
         Err(e) => return Err(io_at(format!("listing {}", dir.display()))(e)),
     };
-    for entry in entries {
-        let entry = entry.map_err(io_at(format!("listing {}", dir.display())))?;
-        let path = entry.path();
+    for path in entries {
         let group = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -978,10 +1082,9 @@ pub fn list_bases(dir: &Path) -> Result<Vec<(u64, PathBuf, u64)>> {
             .filter(|n| n.len() == 20 && n.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|n| n.parse::<u64>().ok());
         if let Some(group) = group {
-            let len = entry
-                .metadata()
-                .map_err(io_at(format!("reading {}", path.display())))?
-                .len();
+            let len = fs
+                .len(&path)
+                .map_err(io_at(format!("reading {}", path.display())))?;
             bases.push((group, path, len));
         }
     }
@@ -998,24 +1101,37 @@ pub fn write_base(
     group: u64,
     records: &mut dyn Iterator<Item = std::result::Result<(Vec<u8>, Vec<u8>), String>>,
 ) -> Result<u64> {
+    write_base_with(&OsFs, dir, group, records)
+}
+
+/// [`write_base`] over the file system `fs`.
+pub fn write_base_with<F: Fs>(
+    fs: &F,
+    dir: &Path,
+    group: u64,
+    records: &mut dyn Iterator<Item = std::result::Result<(Vec<u8>, Vec<u8>), String>>,
+) -> Result<u64> {
     use std::io::Write as _;
     let making = dir.join(BASE_MAKING);
     let shown = making.display().to_string();
-    let file = File::create(&making).map_err(io_at(format!("creating {shown}")))?;
-    let mut out = io::BufWriter::with_capacity(BASE_RECORD + 4096, file);
+    let file = fs
+        .open(&making, Open::TRUNCATE)
+        .map_err(io_at(format!("creating {shown}")))?;
+    let mut out = io::BufWriter::with_capacity(BASE_RECORD + 4096, WriteAt { file: &file, at: 0 });
     let mut chunk = Group::new(group, 0..0);
     let mut chunk_len = 0usize;
     let mut written = 0u64;
     let mut buf = Vec::new();
-    let mut flush_chunk = |chunk: &mut Group, out: &mut io::BufWriter<File>| -> Result<u64> {
-        encode(chunk, &mut buf)?;
-        out.write_all(&buf)
-            .map_err(io_at(format!("writing {shown}")))?;
-        chunk.ops.clear();
-        // Each record of a base says which it is, so that a reader can tell them in order.
-        chunk.seqs = chunk.seqs.start + 1..chunk.seqs.start + 1;
-        Ok(buf.len() as u64)
-    };
+    let mut flush_chunk =
+        |chunk: &mut Group, out: &mut io::BufWriter<WriteAt<'_, F::File>>| -> Result<u64> {
+            encode(chunk, &mut buf)?;
+            out.write_all(&buf)
+                .map_err(io_at(format!("writing {shown}")))?;
+            chunk.ops.clear();
+            // Each record of a base says which it is, so that a reader can tell them in order.
+            chunk.seqs = chunk.seqs.start + 1..chunk.seqs.start + 1;
+            Ok(buf.len() as u64)
+        };
     for record in records {
         let (key, value) = record.map_err(|detail| JournalError::Io {
             context: format!("reading the index for {shown}"),
@@ -1031,13 +1147,13 @@ pub fn write_base(
     if !chunk.ops.is_empty() || written == 0 {
         written += flush_chunk(&mut chunk, &mut out)?;
     }
-    let file = out
-        .into_inner()
+    out.into_inner()
         .map_err(|e| io_at(format!("writing {shown}"))(e.into_error()))?;
     file.sync_all().map_err(io_at(format!("syncing {shown}")))?;
     let path = dir.join(base_name(group));
-    fs::rename(&making, &path).map_err(io_at(format!("renaming {shown} to {}", path.display())))?;
-    sync_dir(dir)?;
+    fs.rename(&making, &path)
+        .map_err(io_at(format!("renaming {shown} to {}", path.display())))?;
+    sync_dir(fs, dir)?;
     Ok(written)
 }
 
@@ -1045,9 +1161,21 @@ pub fn write_base(
 /// base is whole by construction (renamed into place once synced), so any record that
 /// fails its checks is damage: refused.
 pub fn read_base(path: &Path, group: u64, visit: &mut dyn FnMut(Op) -> Result<()>) -> Result<()> {
+    read_base_with(&OsFs, path, group, visit)
+}
+
+/// [`read_base`] over the file system `fs`.
+pub fn read_base_with<F: Fs>(
+    fs: &F,
+    path: &Path,
+    group: u64,
+    visit: &mut dyn FnMut(Op) -> Result<()>,
+) -> Result<()> {
     use std::io::Read as _;
-    let file = File::open(path).map_err(io_at(format!("opening {}", path.display())))?;
-    let mut input = io::BufReader::with_capacity(BASE_RECORD + 4096, file);
+    let file = fs
+        .open(path, Open::READ)
+        .map_err(io_at(format!("opening {}", path.display())))?;
+    let mut input = io::BufReader::with_capacity(BASE_RECORD + 4096, ReadAt { file, at: 0 });
     let mut record = Vec::new();
     let mut at = 0u64;
     let mut index = 0u64;
@@ -1113,7 +1241,8 @@ struct Torn {
 /// `visit`, in order, as it is read: a caller that must not act on a journal found damaged
 /// further on reads it twice, or collects first. With no `visit`, the records are checked
 /// (framing, checksum, numbering) but their operations not decoded.
-fn scan(
+fn scan<F: Fs>(
+    fs: &F,
     dir: &Path,
     segments: &[Segment],
     checkpoint: u64,
@@ -1141,8 +1270,9 @@ fn scan(
     let mut ends = vec![None; segments.len()];
     let mut torn = None;
     'segments: for (i, seg) in segments.iter().enumerate().skip(first_read) {
-        let bytes =
-            fs::read(&seg.path).map_err(io_at(format!("reading {}", seg.path.display())))?;
+        let bytes = fs
+            .read(&seg.path)
+            .map_err(io_at(format!("reading {}", seg.path.display())))?;
         if seg.first_group != expected {
             return Err(JournalError::Discontinuous {
                 dir: dir.to_path_buf(),
@@ -1161,7 +1291,7 @@ fn scan(
                 Frame::Damaged(reason) => {
                     let offset = at as u64;
                     if let Some((found_seg, found_at, group)) =
-                        find_later(segments, i, &bytes, at + 1, expected)?
+                        find_later(fs, segments, i, &bytes, at + 1, expected)?
                     {
                         return Err(JournalError::Corrupt {
                             segment: seg.path.clone(),
@@ -1236,7 +1366,8 @@ fn scan(
 
 /// A whole record of group `min_group` or later after a failed one: from `from` in the
 /// failed segment's `bytes`, then in every later segment. Returns where it is.
-fn find_later(
+fn find_later<F: Fs>(
+    fs: &F,
     segments: &[Segment],
     failed: usize,
     bytes: &[u8],
@@ -1247,8 +1378,9 @@ fn find_later(
         return Ok(Some((segments[failed].path.clone(), at, group)));
     }
     for seg in &segments[failed + 1..] {
-        let later =
-            fs::read(&seg.path).map_err(io_at(format!("reading {}", seg.path.display())))?;
+        let later = fs
+            .read(&seg.path)
+            .map_err(io_at(format!("reading {}", seg.path.display())))?;
         if let Some((at, group)) = find_whole(&later, 0, min_group) {
             return Ok(Some((seg.path.clone(), at, group)));
         }
@@ -1477,5 +1609,7 @@ fn take_bytes(input: &mut &[u8]) -> std::result::Result<Vec<u8>, String> {
     Ok(bytes.to_vec())
 }
 
+#[cfg(test)]
+mod sim_tests;
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@
 //! a child process aborted at each crash point.
 
 use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 use rand::rngs::StdRng;
@@ -1235,6 +1236,7 @@ fn append_figures() {
                     }
                     drop(file);
                     let file = open_segment(
+                        &OsFs,
                         &path,
                         if dsync {
                             SyncMode::Dsync
