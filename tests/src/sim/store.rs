@@ -52,7 +52,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use ledger::core::{self, Seen};
-use ledger::store::sled::decider::{Decider, Reads, Sealed, Staged};
+use ledger::store::sled::decider::{Arrival, Decider, Reads, Sealed, Staged};
 use ledger::store::sled::index::MemIndex;
 use ledger::store::sled::journal::{Group, Op};
 use ledger::store::sled::readback::{Decoded, InboxRecord, KeyRecord, decode_record};
@@ -578,16 +578,15 @@ impl SimStore {
                 claims: &self.claims,
                 hide_claims: self.mutation == Mutation::RefundOvertakesWithdrawal,
             };
-            let decided = self.decider.decide(
-                &reads,
-                &mut staged,
-                &mut stats,
-                now,
-                &req.ck,
-                &req.command,
-                req.fingerprint,
-                req.message.clone(),
-            );
+            let arrival = Arrival {
+                ck: &req.ck,
+                command: &req.command,
+                fingerprint: req.fingerprint,
+                message: req.message.clone(),
+            };
+            let decided = self
+                .decider
+                .decide(&reads, &mut staged, &mut stats, now, arrival);
             let answer = match decided {
                 Ok(answer @ Submission::InProgress { .. }) => Ok(answer),
                 Ok(answer) => {

@@ -19,7 +19,7 @@ use crate::store::verify::VerifyReport;
 use crate::store::{LATENCY_BUCKETS_US, LedgerError, Submission};
 
 use super::config::duration_ms;
-use super::decider::{self, Decider, Reads};
+use super::decider::{self, Arrival, Decider, Reads};
 use super::error::Result;
 use super::folder::flush_sled;
 use super::journal::{Group, Journal, Op};
@@ -531,16 +531,13 @@ impl Committer {
                 self.trim();
                 let now = self.shared.config.clock.now();
                 let shared = &*self.shared;
-                let answer = self.decider.decide(
-                    shared,
-                    staged,
-                    stats,
-                    now,
-                    &ck,
-                    &command,
+                let arrival = Arrival {
+                    ck: &ck,
+                    command: &command,
                     fingerprint,
                     message,
-                );
+                };
+                let answer = self.decider.decide(shared, staged, stats, now, arrival);
                 match &answer {
                     Ok(Submission::Reused) => {
                         shared.conflicts_reused.fetch_add(1, Ordering::Relaxed);

@@ -43,6 +43,15 @@ pub trait Reads {
     fn corrupt(&self, e: DecodeError) -> LedgerError;
 }
 
+/// One command as the decider takes it: its key, the command, the command's fingerprint,
+/// and the inbox message that carried it, if any.
+pub struct Arrival<'a> {
+    pub ck: &'a Ck,
+    pub command: &'a Command,
+    pub fingerprint: Fingerprint,
+    pub message: Option<MessageId>,
+}
+
 /// The most accounts whose last statement run the decider keeps.
 pub const TAILS_MAX: usize = 16_384;
 
@@ -236,37 +245,35 @@ impl Decider {
     /// then the pure decision, then its fact, key record and projections. A command whose
     /// answer is `InProgress` (a refund of a withdrawal in flight) stages nothing; any
     /// other answer is held until the group is durable.
-    #[allow(clippy::too_many_arguments)] // One command's parts, as the queue holds them.
     pub fn decide<A>(
         &mut self,
         reads: &impl Reads,
         staged: &mut Staged<A>,
         stats: &mut Stats,
         now: Timestamp,
-        ck: &Ck,
-        command: &Command,
-        fingerprint: Fingerprint,
-        message: Option<MessageId>,
+        arrival: Arrival<'_>,
     ) -> Result<Submission> {
-        let answer = self.stage(reads, staged, stats, now, ck, command, fingerprint, message)?;
+        let answer = self.stage(reads, staged, stats, now, arrival)?;
         if !matches!(answer, Submission::InProgress { .. }) {
             staged.commands += 1;
         }
         Ok(answer)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn stage<A>(
         &mut self,
         reads: &impl Reads,
         staged: &mut Staged<A>,
         stats: &mut Stats,
         now: Timestamp,
-        ck: &Ck,
-        command: &Command,
-        fingerprint: Fingerprint,
-        message: Option<MessageId>,
+        arrival: Arrival<'_>,
     ) -> Result<Submission> {
+        let Arrival {
+            ck,
+            command,
+            fingerprint,
+            message,
+        } = arrival;
         let (client, key) = ck;
         if let Some(message_id) = &message
             && let Some(refused) =
@@ -799,17 +806,14 @@ mod tests {
         key: &str,
         command: &Command,
     ) -> Submission {
+        let arrival = Arrival {
+            ck: &ck(key),
+            command,
+            fingerprint: command.fingerprint(),
+            message: None,
+        };
         let answer = d
-            .decide(
-                mem,
-                staged,
-                stats,
-                Timestamp(1_000),
-                &ck(key),
-                command,
-                command.fingerprint(),
-                None,
-            )
+            .decide(mem, staged, stats, Timestamp(1_000), arrival)
             .unwrap();
         if !matches!(answer, Submission::InProgress { .. }) {
             staged.answers.push(answer.clone());
