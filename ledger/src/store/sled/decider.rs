@@ -929,6 +929,36 @@ mod tests {
     }
 
     #[test]
+    fn a_key_expires_once_its_retention_has_run_out_to_the_millisecond() {
+        let mut mem = Mem::default();
+        let mut d = Decider::new(1, 1, Balances::default(), Stats::default());
+        let mut staged = Staged::default();
+        let mut stats = d.stats().clone();
+        // Decided at 1,000 ms.
+        decide(
+            &mut d,
+            &mem,
+            &mut staged,
+            &mut stats,
+            "d-1",
+            &deposit("alice", 1),
+        );
+        let group = seal(&mut d, staged, &mut stats);
+        mem.index.apply(&group);
+        d.applied(group.number);
+        let sweep = |d: &mut Decider, now: i64| {
+            let mut staged: Staged<Submission> = Staged::default();
+            let mut stats = d.stats().clone();
+            let n = d.sweep(&mem, &mut staged, &mut stats, Timestamp(now), 500);
+            (n.unwrap(), stats.sweep_cursor)
+        };
+        // One millisecond short of the retention: kept, and the sweep stops before it.
+        assert_eq!(sweep(&mut d, 1_499), (0, 0));
+        // The retention has run out exactly: expired.
+        assert_eq!(sweep(&mut d, 1_500), (1, 1));
+    }
+
+    #[test]
     fn statement_runs_are_kept_per_account_with_their_bytes() {
         let mem = Mem::default();
         let mut d = Decider::new(1, 1, Balances::default(), Stats::default());
