@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Measures the tests' strength on the commit path with cargo-mutants: each mutant (an
 # operator flipped, a function body replaced by a default) of the decider (decider.rs),
-# the committer and syncer (committer.rs), the journal and the index's rebuild is built,
+# the committer and syncer (committer.rs), the journal, an open's recovery steps
+# (recover.rs) and the index's rebuild is built,
 # and the tests that guard them run against it; a mutant they do not catch is a test to add, or an
 # equivalent change to explain in docs/testing.md. Too long for CI (hours for all
 # files): run it by hand or nightly, a shard at a time.
 #
 # Usage: .ci/mutants.sh [FILE...] [-- extra cargo-mutants options]
 #   FILE   the sources to mutate (default: decider.rs, committer.rs, journal.rs,
-#          rebuild.rs)
+#          recover.rs, rebuild.rs)
 # Examples:
 #   .ci/mutants.sh ledger/src/store/sled/committer.rs -- --shard 1/12
 #   .ci/mutants.sh -- --list
@@ -32,6 +33,7 @@ if [ ${#files[@]} -eq 0 ]; then
   files=(--file ledger/src/store/sled/decider.rs
          --file ledger/src/store/sled/committer.rs
          --file ledger/src/store/sled/journal.rs
+         --file ledger/src/store/sled/recover.rs
          --file ledger/src/store/sled/rebuild.rs)
 fi
 

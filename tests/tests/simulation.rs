@@ -72,9 +72,9 @@ fn simulation() {
     let _ = writeln!(
         err,
         "simulation: {} seeds ({first}..{}), {} steps, {} intents, {} facts, {} crashes \
-         (at {}: {}), {} unsynced journal records kept whole, {} journal groups replayed, \
+         (at {}: {}), {} cut appends found whole, {} torn tails cut, {} journal groups replayed, \
          {} index rebuilds, \
-         {} checkpoints ({} journal records deleted), {} answers ({} replays), {} deliveries, {} in flight, {} reused keys refused, \
+         {} checkpoints ({} journal segments deleted), {} answers ({} replays), {} deliveries, {} in flight, {} reused keys refused, \
          {} reused message ids quarantined, {} packets lost, {} duplicated, {} keys expired, \
          {} clock steps back, {} violations, {:.1}s on {threads} threads",
         reports.len(),
@@ -92,11 +92,12 @@ fn simulation() {
                 .to_string())
             .collect::<Vec<_>>()
             .join(", "),
-        total(|r| r.unsynced_kept),
+        total(|r| r.cut_appends_kept),
+        total(|r| r.tails_cut),
         total(|r| r.replayed),
         total(|r| r.rebuilt),
         total(|r| r.checkpoints),
-        total(|r| r.records_deleted),
+        total(|r| r.segments_deleted),
         total(|r| r.answers),
         total(|r| r.replays),
         total(|r| r.deliveries),
@@ -140,11 +141,9 @@ fn the_runs_exercise_every_fault() {
     for (what, n) in [
         ("crashes", total(|r| r.crashes)),
         ("checkpoints", total(|r| r.checkpoints)),
-        ("journal records deleted", total(|r| r.records_deleted)),
-        (
-            "unsynced journal records kept whole",
-            total(|r| r.unsynced_kept),
-        ),
+        ("journal segments deleted", total(|r| r.segments_deleted)),
+        ("cut appends found whole", total(|r| r.cut_appends_kept)),
+        ("torn tails cut", total(|r| r.tails_cut)),
         ("journal groups replayed", total(|r| r.replayed)),
         ("replays", total(|r| r.replays)),
         ("in-flight answers", total(|r| r.in_flight)),

@@ -6,8 +6,11 @@
 //! sync, after the apply to sled, and in a checkpoint) or between two commits. The store
 //! (`store.rs`) is the sled store's own decider (`ledger::store::sled::decider`), which
 //! makes every decision and group and renders every answer, driven step by step over an
-//! index in memory, with its journal and sled's disk two files that each lose what was not
-//! synced, independently.
+//! index in memory; its journal is the product's journal over a simulated disk
+//! (`journal::simfs`) whose power is cut at the crash, and every open is the product's
+//! recovery (`ledger::store::sled::recover`): the journal's torn tail cut, its groups
+//! replayed, or the index rebuilt from its base. sled's disk is a second file that loses
+//! what was not flushed, independently of the journal.
 //! After every step, and after a final phase that retries every unresolved intent with its
 //! own key until it is resolved, the reference model (`model.rs`) checks: after every
 //! crash the ledger opens to exactly the journal's durable end, one effect per intent, no
@@ -37,8 +40,8 @@ pub enum Mutation {
     /// The compare forgets the fingerprint: another command under a done key is answered
     /// with the stored outcome instead of `idempotency_key_reused`.
     ReuseIsReplay,
-    /// A crash also loses the journal's last synced record, as after a power cut when the
-    /// journal's sync did not reach the disk.
+    /// The journal never syncs (its `SyncMode::Never`, for benchmarks): a group is
+    /// answered once its write returns, and a power cut can lose it.
     LoseSyncedGroup,
     /// Answers leave once the group's record is written, before the journal's sync.
     AnswerBeforeJournalSync,
@@ -115,11 +118,13 @@ pub struct Report {
     /// Crashes at each of [`Point::ALL`], while a group or a checkpoint was passing it; the
     /// rest of `crashes` fell between two commits.
     pub crash_points: [usize; Point::ALL.len()],
-    /// Checkpoints taken, and journal records deleted with their segments.
+    /// Checkpoints taken, and journal segments their compactions deleted.
     pub checkpoints: usize,
-    pub records_deleted: usize,
-    /// Crashes that left the journal's unsynced record whole (it is replayed, unanswered).
-    pub unsynced_kept: usize,
+    pub segments_deleted: usize,
+    /// Appends the power cut whose group recovery found whole (it is replayed, unanswered).
+    pub cut_appends_kept: usize,
+    /// Opens whose journal ended in a torn or damaged unsynced tail, cut off.
+    pub tails_cut: usize,
     /// Journal groups replayed into sled by recoveries, sled's disk being behind them.
     pub replayed: usize,
     /// Opens that found sled's files damaged and rebuilt the index from the journal.

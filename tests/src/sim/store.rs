@@ -1,61 +1,62 @@
 //! The simulated store: the sled store's decider (`ledger`'s own
-//! `store::sled::decider::Decider`) driven step by step, over an index in memory instead
-//! of sled, with the journal and sled's disk as two simulated files, so that one seeded
-//! run can put a crash between any two of the store's steps.
+//! `store::sled::decider::Decider`) driven step by step over an index in memory instead of
+//! sled, the product's journal over a simulated disk (`journal::simfs::SimFs`), and the
+//! product's recovery (`store::sled::recover`) at every open, so that one seeded run can
+//! cut the power between any two of the store's steps, or inside an append.
 //!
 //! What is the product's, not a copy: every decision (the compare on the key, the inbox's
 //! ids, the refund bound, a refund whose withdrawal is in flight, the sweep), every group
 //! (its records, their encodings and keys, its number and seqs, the checks before it is
-//! sealed) and every answer. What this file drives is what the sled store's threads do:
-//! the claims and the answer cache of `SledStore::submit_with`, the queue, the syncer's
-//! turn (write, sync, apply, answer, in that order) and the checkpoint.
+//! sealed), every answer; the journal's appends, segments, bases and deletions; and every
+//! step of an open (the journal's torn tail cut, damage followed by whole records refused,
+//! its groups replayed after sled's checkpoint, the index rebuilt from the newest base and
+//! the groups after it, the log's tail and balances checked, a base written when none
+//! exists). What this file drives is what the sled store's threads do: the claims and the
+//! answer cache of `SledStore::submit_with`, the queue, the syncer's turn (append, apply,
+//! answer, in that order), the checkpoint (sled flushed and its group recorded, a base
+//! written, the journal's segments below it dropped), and the open's choice to rebuild
+//! when sled's files are damaged or the journal does not continue them.
 //!
 //! The commit path is the journal's: the decider stages at most `batch_max` commands and
 //! seals them as one group with the next number (1, 2, 3, ..., no gap); it reads sled's
 //! memory (the index the syncer applied groups to) and, before it, every sealed group not
-//! applied yet. The syncer, for each sealed group in order, writes it to the journal,
-//! syncs the journal, applies the group to sled's memory, and only then answers everyone
-//! in the group and releases their claims (but for a refund whose withdrawal is still in
-//! flight, told 409 at once with nothing staged). A blocking caller that finds the
-//! committer idle leads (`committer::Lead`): the world's `Lead` step is one decider turn
-//! over the one queued command, followed at once by the syncer's turn for it. sled is
-//! never flushed on the commit path. A checkpoint takes the last group applied to sled,
-//! flushes sled and records that group, then compacts the journal: it writes a base
-//! (sled's state at that group, durable before anything is deleted) and deletes the
-//! journal's segments (of a few groups each, per seed) whose groups are all at or below
-//! it, never the one appended to. The base and the journal after it are the log of record.
+//! applied yet. A blocking caller that finds the committer idle leads
+//! (`committer::Lead`): the world's `Lead` step is one decider turn over the one queued
+//! command, followed at once by the syncer's turn for it. sled is never flushed on the
+//! commit path.
 //!
 //! Two files, each losing what was not synced, independently of the other:
 //!
-//! - the journal keeps every synced record; a record written and not synced when the
-//!   process dies survives whole, torn (cut off at recovery) or not at all;
+//! - the journal's disk is a `SimFs`: at a crash each unsynced write is lost, kept whole,
+//!   torn, or kept with one bit flipped, and names are durable only once their folder was
+//!   synced; a crash inside an append cuts the power at its write, its sync or the making
+//!   of a new segment;
 //! - sled's disk keeps what the last checkpoint flushed, and as sled writes its buffers in
 //!   the background, possibly more: after a crash it holds any of the records of the
 //!   groups applied to its memory since (none, all, or some of each group, at random), and
 //!   records the last checkpoint's group. And one crash in four leaves sled's files
 //!   damaged (a torn or reordered write that sled cannot open).
 //!
-//! Recovery opens sled's disk, reads the checkpoint's group it records and replays every
-//! journal group after it (groups carry absolute values, so a replay is idempotent). When
-//! sled's files are damaged, or the journal does not continue sled, it rebuilds the index
-//! from the base and every journal group after it, as the sled store's open does; a
-//! journal that does not continue its base is refused, and a ledger that opens to anything
-//! but the journal's durable end is refused by the checker: `durable` is that end, the
-//! fold of every group the journal holds durably, and it is what the reference model
-//! checks after every step (every acknowledged outcome must be in it). `sled` is sled's
-//! memory and `view` the decider's working state, decoded; a crash loses both, and the
-//! queue, the claims and the answer cache. A submission answered at once (a replay, a
-//! conflict) reads sled's memory, which holds only groups durable in the journal.
+//! `durable` is the journal's durable end: the fold of every group whose append returned
+//! (and of a cut append that recovery found whole); after every crash the ledger must open
+//! to exactly it, and the reference model checks after every step that every acknowledged
+//! outcome is in it. `sled` is sled's memory and `view` the decider's working state,
+//! decoded; a crash loses both, and the queue, the claims and the answer cache. A
+//! submission answered at once (a replay, a conflict) reads sled's memory, which holds
+//! only groups durable in the journal.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
 use ledger::core::{self, Seen};
 use ledger::store::sled::decider::{Arrival, Decider, Reads, Sealed, Staged};
 use ledger::store::sled::index::MemIndex;
-use ledger::store::sled::journal::{Group, Op};
+use ledger::store::sled::journal::simfs::SimFs;
+use ledger::store::sled::journal::{Fs as _, Group, Journal, JournalOptions, Op, SyncMode};
 use ledger::store::sled::readback::{Decoded, InboxRecord, KeyRecord, decode_record};
+use ledger::store::sled::recover::{self, Replayed};
 use ledger::{
     Balances, ClientId, Command, Fact, Fingerprint, Key, LedgerError, MessageId, Observed, Outcome,
     Stats, Submission, Timestamp,
@@ -70,21 +71,31 @@ pub type Ck = (ClientId, Key);
 /// Who is waiting for an answer: the simulation's own handle, opaque to the store.
 pub type Ticket = u64;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct StoreConfig {
     pub batch_max: usize,
     pub lease_ms: i64,
     pub retention_ms: i64,
-    /// Groups a journal segment holds; a checkpoint deletes whole segments.
-    pub segment_groups: u64,
+    /// The journal's own options: its segments' size (a few groups each, so that
+    /// compactions delete some), its sync mode, how segments are made.
+    pub journal: JournalOptions,
 }
+
+/// Where the simulated ledger's journal lives on the simulated disk.
+const JOURNAL: &str = "/ledger/journal";
+/// How the simulated ledger is named in the product's messages.
+const SHOWN: &str = "the simulated ledger";
+/// How many changing calls of an append the power may be cut before: its write, its
+/// sync, and the making of a new segment (zeros, sync, rename, folder sync).
+const APPEND_CALLS: u64 = 4;
 
 /// The crash points of the real committer and journal, under their failpoint names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point {
     /// The group is sealed, nothing of it is written.
     JournalBeforeWrite,
-    /// The group's record is written, not synced: it may survive whole, torn or not at all.
+    /// The power goes during the group's append (its write, its sync, or the making of a
+    /// new segment): what the disk keeps of it is lost, whole, torn or with a bit flipped.
     JournalAfterWrite,
     /// The group is durable in the journal, not applied to sled, and nobody has been told.
     JournalAfterSync,
@@ -301,20 +312,22 @@ pub struct SimStore {
     /// Decides what each file keeps at a crash; seeded by the world, so a run replays.
     rng: Rng,
     up: bool,
-    /// The journal's durable end: every group it ever synced, folded in order. After any
-    /// crash the ledger must open to exactly this.
+    /// The journal's durable end: every group whose append returned, folded in order (and
+    /// a group whose append a crash cut, when recovery finds it whole). After any crash
+    /// the ledger must open to exactly this.
     durable: Data,
-    /// The journal's records on disk, in order, from the oldest segment not deleted.
-    journal: VecDeque<Rc<Group>>,
+    /// The simulated disk the journal's files are on, and the product's journal over it
+    /// (`None` while the process is down).
+    fs: SimFs,
+    journal: Option<Journal<SimFs>>,
+    /// The group whose append the last crash cut: recovery may find it whole.
+    cut: Option<Rc<Group>>,
     /// sled's disk as the last flush (a checkpoint's, or the state recovery found) left it.
     sled_disk: Disk,
     /// sled's files were damaged by the last crash: the next open rebuilds them.
     sled_damaged: bool,
-    /// The journal's base: the index the groups up to its group left, durable; with the
-    /// journal's groups after it, the log of record.
-    base: Disk,
-    /// Groups applied to sled's memory since `sled_disk`, oldest first: sled may have
-    /// written any part of them by the time the process dies.
+    /// Operations applied to sled's memory since `sled_disk`, oldest first, by group: sled
+    /// may have written any part of them by the time the process dies.
     unflushed: Vec<Rc<Group>>,
     /// sled's memory, which the decider reads, and the same decoded.
     sled: Disk,
@@ -335,10 +348,12 @@ pub struct SimStore {
     broken: Option<String>,
     /// What the files kept at the last crash, for the trace.
     fate: String,
-    /// Unsynced journal records a crash left whole, and groups replayed by recoveries: the
-    /// proof that the runs reach the cases where the two files differ.
+    /// Cut appends that recovery found whole, and groups replayed by recoveries: the proof
+    /// that the runs reach the cases where the two files differ.
     pub kept_whole: usize,
     pub replayed: usize,
+    /// Opens that cut a torn or damaged tail off the journal.
+    pub tails_cut: usize,
     /// Opens that rebuilt the index from the base and the journal.
     pub rebuilt: usize,
     /// Bumped on every change of `durable` / `view`, so the checker re-reads only changes.
@@ -347,17 +362,19 @@ pub struct SimStore {
 }
 
 impl SimStore {
+    /// A new ledger, opened as the store opens one: an empty journal, and its first base.
     pub fn new(config: StoreConfig, mutation: Mutation, rng: Rng) -> Self {
-        Self {
+        let mut store = Self {
             config,
             mutation,
             rng,
-            up: true,
+            up: false,
             durable: Data::default(),
-            journal: VecDeque::new(),
+            fs: SimFs::new(),
+            journal: None,
+            cut: None,
             sled_disk: Disk::default(),
             sled_damaged: false,
-            base: Disk::default(),
             unflushed: Vec::new(),
             sled: Disk::default(),
             sled_data: Data::default(),
@@ -372,10 +389,24 @@ impl SimStore {
             fate: String::new(),
             kept_whole: 0,
             replayed: 0,
+            tails_cut: 0,
             rebuilt: 0,
             durable_version: 0,
             view_version: 0,
+        };
+        // The ledger's folder, made durable as the store's `ensure_folder` makes it.
+        let root = Path::new(JOURNAL).parent().unwrap_or(Path::new("/"));
+        let made = store
+            .fs
+            .create_dir_all(root)
+            .and_then(|()| store.fs.sync_dir(Path::new("/")));
+        if let Err(e) = made {
+            store.note_broken(format!("the ledger's folder was not made: {e}"));
         }
+        if let Err(e) = store.restart() {
+            store.note_broken(format!("a new ledger did not open: {e}"));
+        }
+        store
     }
 
     pub fn is_up(&self) -> bool {
@@ -405,24 +436,15 @@ impl SimStore {
         self.broken.as_deref()
     }
     /// Whether a checkpoint has anything to do: groups applied since the last flush, or
-    /// journal segments it may delete.
+    /// journal segments a base at sled's group would let it delete.
     pub fn checkpoint_due(&self) -> bool {
-        self.sled.group > self.sled_disk.group || self.deletable(self.sled_disk.group) > 0
+        self.sled.group > self.sled_disk.group
+            || self
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.bytes_through(self.sled.group) > 0)
     }
 
-    /// How many journal records, from the oldest, lie in segments whose groups are all at
-    /// or below `group` and that are not the segment appended to.
-    fn deletable(&self, group: u64) -> usize {
-        let k = self.config.segment_groups.max(1);
-        let segment = |n: u64| (n - 1) / k;
-        let Some(current) = self.journal.back().map(|r| segment(r.number)) else {
-            return 0;
-        };
-        self.journal
-            .iter()
-            .take_while(|r| segment(r.number) < current && (segment(r.number) + 1) * k <= group)
-            .count()
-    }
     /// What the two files kept at the last crash.
     pub fn fate(&self) -> &str {
         &self.fate
@@ -432,6 +454,19 @@ impl SimStore {
         if self.broken.is_none() {
             self.broken = Some(what);
         }
+    }
+
+    fn dir() -> &'static Path {
+        Path::new(JOURNAL)
+    }
+
+    /// The journal's options, or the planted bug's: a journal that never syncs.
+    fn journal_options(&self) -> JournalOptions {
+        let mut options = self.config.journal.clone();
+        if self.mutation == Mutation::LoseSyncedGroup {
+            options.sync = SyncMode::Never;
+        }
+        options
     }
 
     /// Under a live claim, what the key itself holds decides, as in
@@ -650,9 +685,9 @@ impl SimStore {
         }
     }
 
-    /// The syncer's turn: for each sealed group in order, one journal write, one journal
-    /// sync, the apply to sled's memory, then the answers; or a death at `crash`, at the
-    /// first group that passes it.
+    /// The syncer's turn: for each sealed group in order, the journal's append (one
+    /// write, one sync), the apply to sled's memory, then the answers; or a death at
+    /// `crash`, at the first group that passes it.
     pub fn sync(&mut self, crash: Option<Point>) -> Vec<(Ticket, Answer)> {
         let mut out = Vec::new();
         if !self.up {
@@ -670,24 +705,39 @@ impl SimStore {
                 self.crash_in(None);
                 return out;
             }
-            // Written from here on, not yet synced.
-            let applied_early = self.mutation == Mutation::ApplyBeforeJournalSync;
-            if applied_early {
+            let early = self.mutation == Mutation::ApplyBeforeJournalSync;
+            if early {
                 self.apply_to_sled(&group);
             }
             if self.mutation == Mutation::AnswerBeforeJournalSync {
                 out.extend(self.publish(std::mem::take(&mut answers)));
             }
             if crash == Some(Point::JournalAfterWrite) {
+                // The power goes during the append: at its write, its sync, or a new
+                // segment's making; an append that needs fewer calls completes first.
+                self.fs.power_off_after(self.rng.below(APPEND_CALLS));
+            }
+            let appended = match self.journal.as_mut() {
+                Some(journal) => journal.append(&group).map_err(|e| e.to_string()),
+                None => Err("no journal".into()),
+            };
+            if let Err(e) = appended {
+                if !self.fs.is_off() {
+                    self.note_broken(format!("the journal refused group {}: {e}", group.number));
+                }
                 self.crash_in(Some(group));
                 return out;
             }
-            self.journal_synced(group.clone());
+            self.appended(&group);
+            if crash == Some(Point::JournalAfterWrite) {
+                self.crash_in(None);
+                return out;
+            }
             if crash == Some(Point::JournalAfterSync) {
                 self.crash_in(None);
                 return out;
             }
-            if !applied_early {
+            if !early {
                 self.apply_to_sled(&group);
             }
             if crash == Some(Point::SyncAfterApply) {
@@ -699,13 +749,12 @@ impl SimStore {
         out
     }
 
-    /// A record is durable in the journal: the durable end moves to its group.
-    fn journal_synced(&mut self, group: Rc<Group>) {
-        if let Err(e) = self.durable.apply(&group) {
+    /// A group's append returned: it is durable, and the durable end moves to it.
+    fn appended(&mut self, group: &Group) {
+        if let Err(e) = self.durable.apply(group) {
             self.note_broken(format!("a journal record cannot be read back: {e}"));
         }
         self.durable_version += 1;
-        self.journal.push_back(group);
     }
 
     /// The group's records into sled's memory.
@@ -781,28 +830,57 @@ impl SimStore {
         }
     }
 
-    /// A checkpoint: takes the last group applied to sled, flushes sled (its disk now holds
-    /// at least that group), then deletes the journal's segments whose groups are all at
-    /// or below it, never the one appended to; or dies at `crash`. Returns the group and
-    /// how many journal records went with the deleted segments.
+    /// A checkpoint, as the store's: takes the last group applied to sled, flushes sled
+    /// and records that group in it (its disk now holds at least that group), writes a
+    /// base of sled at that group with the product's own code, then lets the journal drop
+    /// the segments the base makes needless; or dies at `crash`. Returns the group and how
+    /// many segments were deleted.
     pub fn checkpoint(&mut self, crash: Option<Point>) -> (u64, usize) {
         if !self.up {
             return (0, 0);
         }
         let group = self.sled.group;
+        if let Err(e) = recover::mark_checkpoint(&mut self.sled.index, group) {
+            self.note_broken(format!("the checkpoint was not recorded: {e}"));
+        }
         self.sled_disk = self.sled.clone();
         self.unflushed.clear();
+        let compact = self
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.bytes_through(group) > 0);
+        if !compact {
+            return (group, 0);
+        }
         // The base is durable before any segment goes: the planted bug deletes segments
-        // that no base holds.
-        if self.mutation != Mutation::CheckpointDeletesNeeded {
-            self.base = self.sled.clone();
+        // (and the older bases) with no base at this group.
+        if self.mutation != Mutation::CheckpointDeletesNeeded
+            && let Err(e) = recover::write_base(&self.fs, Self::dir(), &self.sled.index, group)
+        {
+            self.note_broken(format!("the base at group {group} was not written: {e}"));
+            return (group, 0);
         }
         if crash == Some(Point::CompactBeforeDelete) {
             self.crash_in(None);
             return (group, 0);
         }
-        let deleted = self.deletable(group);
-        self.journal.drain(..deleted);
+        if crash == Some(Point::CompactAfterDelete) {
+            // The power goes during the deletions, or after them.
+            self.fs.power_off_after(self.rng.below(4));
+        }
+        let dropped = self
+            .journal
+            .as_mut()
+            .map_or(Ok(0), |j| j.drop_through(group));
+        let deleted = match dropped {
+            Ok(n) => n,
+            Err(e) => {
+                if !self.fs.is_off() {
+                    self.note_broken(format!("the journal could not drop through {group}: {e}"));
+                }
+                0
+            }
+        };
         if crash == Some(Point::CompactAfterDelete) {
             self.crash_in(None);
         }
@@ -814,32 +892,26 @@ impl SimStore {
         self.crash_in(None);
     }
 
-    /// The process dies, `written` (if any) written to the journal and not synced. What
-    /// each file keeps is chosen here, independently: the unsynced record whole, torn or
-    /// lost; sled's disk at some group from its last flush to the last applied to memory.
-    /// Memory is lost: sled's, the decider's, the queue, the claims, the answer cache.
-    fn crash_in(&mut self, written: Option<Rc<Group>>) {
+    /// The power goes, `cut` (if any) the group whose append it cut. What each file keeps
+    /// is chosen here, independently: the journal's disk as the simulated file system's
+    /// power cut leaves it (each unsynced write lost, kept whole, torn, or kept with a bit
+    /// flipped; names durable only once their folder was synced); sled's disk at some
+    /// point from its last flush to the last group applied to memory. Memory is lost:
+    /// sled's, the decider's, the queue, the claims, the answer cache.
+    fn crash_in(&mut self, cut: Option<Rc<Group>>) {
         self.up = false;
+        self.journal = None;
         let mut fate = Vec::new();
-        if let Some(group) = written {
-            let number = group.number;
-            match self.rng.below(3) {
-                0 => {
-                    fate.push(format!("the journal kept unsynced group {number} whole"));
-                    self.kept_whole += 1;
-                    self.journal_synced(group);
-                }
-                1 => fate.push(format!(
-                    "the journal's unsynced group {number} was torn (cut off at recovery)"
-                )),
-                _ => fate.push(format!("the journal lost unsynced group {number}")),
-            }
+        let rng = &mut self.rng;
+        let ops = self.fs.ops();
+        self.fs = self.fs.crash(|n| rng.below(n));
+        fate.push(format!(
+            "the journal's disk was cut after {ops} changing calls"
+        ));
+        if let Some(group) = &cut {
+            fate.push(format!("during the append of group {}", group.number));
         }
-        if self.mutation == Mutation::LoseSyncedGroup
-            && let Some(lost) = self.journal.pop_back()
-        {
-            fate.push(format!("the journal lost SYNCED group {}", lost.number));
-        }
+        self.cut = cut;
         // sled writes its buffers when they fill, and the syncer applies a group one insert
         // at a time: its disk may hold any of the records applied since the last checkpoint
         // (none, all, or some of each group), while the group it records is still the
@@ -871,49 +943,81 @@ impl SimStore {
         self.answers.clear();
     }
 
-    /// `SledStore::open`: sled's disk, then every journal group after the group it records;
-    /// refuses a journal that does not continue sled, and a log tail and projections that
-    /// disagree. The checker refuses a ledger that opens to anything but the journal's
-    /// durable end.
+    /// `SledStore::open`, step for step with the product's recovery (`recover`): sled's
+    /// disk, then the journal opened over the simulated disk (its torn tail cut, damage
+    /// followed by whole records refused) and every group after sled's checkpoint
+    /// replayed; when sled's files are damaged or the journal does not continue them, the
+    /// index rebuilt from the newest base and the groups after it; then the log's tail and
+    /// the balances checked, and the base written if none exists. The checker refuses a
+    /// ledger that opens to anything but the journal's durable end.
     pub fn restart(&mut self) -> Result<(), String> {
-        let g = self.sled_disk.group;
-        let first = self.journal.front().map(|r| r.number);
-        let last = self.journal.back().map_or(g, |r| r.number);
-        let continues_sled = first.is_none_or(|f| f <= g + 1) && last >= g;
-        let rebuild = self.sled_damaged || !continues_sled;
-        let mut recovered = if rebuild {
-            // The index is rebuilt from the log of record: the base, then every group after
-            // it.
-            let b = self.base.group;
-            if let Some(first) = first
-                && first > b + 1
-            {
-                return Err(format!(
-                    "open refused: the index must be rebuilt, but the journal begins at group \
-                     {first} and its base holds groups up to {b}: groups {} to {} are missing",
-                    b + 1,
-                    first - 1
-                ));
-            }
-            self.sled_damaged = false;
-            self.rebuilt += 1;
-            self.base.clone()
+        let fs = self.fs.clone();
+        let dir = Self::dir();
+        let options = self.journal_options();
+        let refused = |e: ledger::LedgerError| format!("open refused: {e}");
+        let mut index = self.sled_disk.index.clone();
+        let first = if self.sled_damaged {
+            Err((
+                ledger::LedgerError::Corrupt {
+                    path: SHOWN.into(),
+                    detail: "sled cannot open its damaged files".into(),
+                },
+                true,
+            ))
         } else {
-            self.sled_disk.clone()
+            recover::lost_index(&fs, dir, &index, SHOWN)
+                .and_then(|()| recover::replay(fs.clone(), dir, options.clone(), &mut index, SHOWN))
         };
-        let from = recovered.group;
-        for group in self.journal.iter().filter(|r| r.number > from) {
-            recovered.apply(group);
-            self.unflushed.push(group.clone());
-            self.replayed += 1;
+        let Replayed {
+            journal,
+            groups,
+            truncated,
+            ..
+        } = match first {
+            Ok(replayed) => replayed,
+            Err((e, true)) if recover::log_is_complete(&fs, dir).map_err(refused)? => {
+                let mut fresh = MemIndex::default();
+                let (plan, groups) =
+                    recover::rebuild_into(&fs, dir, &mut fresh, &e.to_string(), SHOWN)
+                        .map_err(refused)?;
+                self.rebuilt += 1;
+                self.replayed += usize::try_from(groups).unwrap_or(usize::MAX);
+                self.sled_damaged = false;
+                // A rebuild ends with the new index flushed and synced.
+                self.sled_disk = Disk {
+                    index: fresh.clone(),
+                    group: plan.last_group,
+                };
+                index = fresh;
+                recover::replay(fs.clone(), dir, options, &mut index, SHOWN)
+                    .map_err(|(e, _)| refused(e))?
+            }
+            Err((e, _)) => return Err(refused(e)),
+        };
+        self.replayed += groups.len();
+        if let Some(cut) = truncated {
+            self.tails_cut += 1;
+            self.fate.push_str(&format!(
+                "; recovery cut {} at offset {} ({})",
+                cut.segment.display(),
+                cut.offset,
+                cut.reason
+            ));
         }
-        if rebuild {
-            // A rebuild ends with the new index flushed and synced.
-            self.sled_disk = recovered.clone();
-            self.unflushed.clear();
+        self.unflushed.extend(groups.into_iter().map(Rc::new));
+        let last = journal.next_group() - 1;
+        // A group whose append the crash cut may have reached the disk whole: then it is
+        // the journal's, and the ledger's.
+        if let Some(cut) = self.cut.take()
+            && last == cut.number
+            && last == self.durable.group + 1
+        {
+            self.kept_whole += 1;
+            self.appended(&cut);
         }
-        let last = self.journal.back().map_or(recovered.group, |r| r.number);
-        let d = Data::of(&recovered.index, recovered.group)
+        let checked = recover::check(&index, SHOWN).map_err(refused)?;
+        recover::ensure_base(&fs, dir, &index, last, || ()).map_err(refused)?;
+        let d = Data::of(&index, last)
             .map_err(|e| format!("open refused: a record cannot be read: {e}"))?;
         if d != self.durable {
             return Err(format!(
@@ -926,44 +1030,15 @@ impl SimStore {
                 differs(&d, &self.durable)
             ));
         }
-        let tail = d.facts.keys().next_back().copied().unwrap_or(0);
-        if tail != d.stats.last_seq {
-            return Err(format!(
-                "open refused: the log ends at seq {tail} but the stats say {}",
-                d.stats.last_seq
-            ));
-        }
-        if let Some(fact) = d.facts.values().next_back() {
-            let ck = (fact.client.clone(), fact.key.clone());
-            match d.keys.get(&ck) {
-                Some(rec) if rec.seq == fact.seq => {}
-                Some(rec) => {
-                    return Err(format!(
-                        "open refused: the last fact (seq {tail}) and its key record (seq {}) \
-                         disagree",
-                        rec.seq
-                    ));
-                }
-                None => {
-                    return Err(format!(
-                        "open refused: the last fact (seq {tail}) has no key record"
-                    ));
-                }
-            }
-        }
-        for (currency, sum) in d.balances.sums() {
-            if sum != 0 {
-                return Err(format!("open refused: balances in {currency} sum to {sum}"));
-            }
-        }
         // The store's open makes a new decider over what it recovered.
         self.decider = Decider::new(
             last + 1,
             d.quarantined + 1,
-            d.balances.clone(),
-            d.stats.clone(),
+            checked.balances,
+            checked.stats.unwrap_or_default(),
         );
-        self.sled = recovered;
+        self.journal = Some(journal);
+        self.sled = Disk { index, group: last };
         self.sled_data = d.clone();
         self.view = d;
         self.view_version += 1;

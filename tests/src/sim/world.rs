@@ -12,6 +12,7 @@ use super::model::{IntentSpec, Model};
 use super::rng::Rng;
 use super::store::{Answer, Ck, Point, SimStore, StoreConfig, StoreError, Ticket};
 use super::{Options, Report, Violation};
+use ledger::store::sled::journal::{JournalOptions, Preallocate, SyncMode};
 
 const LEASE_MS: i64 = 10_000;
 const RETENTION_MS: i64 = 60_000;
@@ -214,7 +215,22 @@ impl World {
             duplicate: u32::try_from(rng.below(4)).unwrap_or(0),
         };
         let main_steps = usize::try_from(rng.range(40, 180)).unwrap_or(40);
-        let segment_groups = rng.range(1, 4);
+        // Segments of a few groups each, so that compactions delete some; every way the
+        // journal syncs and makes segments.
+        let journal = JournalOptions {
+            segment_size: 4096 * rng.range(1, 3),
+            sync: if rng.below(2) == 0 {
+                SyncMode::Fdatasync
+            } else {
+                SyncMode::Dsync
+            },
+            preallocate: [
+                Preallocate::Zeros,
+                Preallocate::Grow,
+                Preallocate::Fallocate,
+            ][rng.index(3)],
+            prepare_ahead: rng.below(2) == 0,
+        };
         // What each file keeps at a crash is the store's own stream, seeded from this one.
         let disk = Rng::new(rng.next_u64());
         let intents = generate(&mut rng);
@@ -231,7 +247,7 @@ impl World {
                 batch_max,
                 lease_ms: LEASE_MS,
                 retention_ms: RETENTION_MS,
-                segment_groups,
+                journal,
             },
             options.mutation,
             disk,
@@ -289,7 +305,8 @@ impl World {
             self.last_crash();
         }
         self.report.steps = self.step;
-        self.report.unsynced_kept = self.store.kept_whole;
+        self.report.cut_appends_kept = self.store.kept_whole;
+        self.report.tails_cut = self.store.tails_cut;
         self.report.replayed = self.store.replayed;
         self.report.rebuilt = self.store.rebuilt;
         self.report.facts = self.store.durable().facts.len();
@@ -647,9 +664,9 @@ impl World {
         let crash = self.fire(&Point::CHECKPOINT);
         let (group, deleted) = self.store.checkpoint(crash);
         self.report.checkpoints += 1;
-        self.report.records_deleted += deleted;
+        self.report.segments_deleted += deleted;
         self.note(|| {
-            format!("checkpoint: sled flushed at group {group}, {deleted} journal records deleted")
+            format!("checkpoint: sled flushed at group {group}, {deleted} journal segments deleted")
         });
         if crash.is_some() {
             self.died();

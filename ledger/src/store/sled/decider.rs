@@ -996,6 +996,51 @@ mod tests {
         assert!(heap > 1, "{heap}");
     }
 
+    /// Every movement of an account is in its statement, also when the run carried over
+    /// from the last group is full at the account's first movement of a new group.
+    #[test]
+    fn a_statement_run_full_at_a_group_s_start_is_followed_by_a_new_one() {
+        use crate::store::sled::records::{P_STATEMENT, split_statement};
+        use crate::store::sled::statements::{RUN_SEQS, run_seqs};
+        let mut mem = Mem::default();
+        let mut d = Decider::new(1, 1, Balances::default(), Stats::default());
+        // The first group fills alice's run exactly; each later group moves her once, and
+        // the first of them finds the run it carries over full.
+        let full = RUN_SEQS as u64;
+        let movements = full + 3;
+        let mut n = 0;
+        for in_group in [full, 1, 1, 1] {
+            let mut staged = Staged::default();
+            let mut stats = d.stats().clone();
+            for _ in 0..in_group {
+                n += 1;
+                decide(
+                    &mut d,
+                    &mem,
+                    &mut staged,
+                    &mut stats,
+                    &format!("a-{n}"),
+                    &deposit("alice", n),
+                );
+            }
+            let group = seal(&mut d, staged, &mut stats);
+            mem.index.apply(&group);
+            d.applied(group.number);
+        }
+        assert_eq!(n, movements);
+        let mut seqs = Vec::new();
+        for (key, value) in &mem.index.map {
+            if key.first() != Some(&P_STATEMENT) {
+                continue;
+            }
+            let (account, first) = split_statement(key).unwrap();
+            assert_eq!(account, b"alice");
+            seqs.extend(run_seqs(first, value).unwrap());
+        }
+        seqs.sort_unstable();
+        assert_eq!(seqs, (1..=movements).collect::<Vec<_>>());
+    }
+
     #[test]
     fn a_group_is_sealed_only_with_its_seqs_in_order_and_no_balance_below_zero() {
         let facts = |seqs: &[u64]| -> Vec<(u64, Vec<u8>)> {

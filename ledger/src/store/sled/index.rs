@@ -24,6 +24,9 @@ pub trait Index {
 
     /// The records with keys in `from..=to`.
     fn records<'a>(&'a self, from: &[u8], to: &[u8]) -> Self::Range<'a>;
+
+    /// Every record, in key order.
+    fn all(&self) -> Self::Range<'_>;
 }
 
 impl Index for sled::Tree {
@@ -35,6 +38,10 @@ impl Index for sled::Tree {
 
     fn records(&self, from: &[u8], to: &[u8]) -> sled::Iter {
         self.range(from..=to)
+    }
+
+    fn all(&self) -> sled::Iter {
+        self.iter()
     }
 }
 
@@ -85,6 +92,14 @@ impl Index for MemIndex {
         Box::new(
             self.map
                 .range::<[u8], _>(range)
+                .map(|(k, v)| Ok((IVec::from(k.as_slice()), v.clone()))),
+        )
+    }
+
+    fn all(&self) -> Self::Range<'_> {
+        Box::new(
+            self.map
+                .iter()
                 .map(|(k, v)| Ok((IVec::from(k.as_slice()), v.clone()))),
         )
     }

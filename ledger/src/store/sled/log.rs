@@ -17,7 +17,7 @@ use sled::IVec;
 
 use super::index::{Index, Record};
 use super::journal::{Group, Op, put_varint, take_varint};
-use super::records::{P_FACT, fact_key, seq_of};
+use super::records::{fact_key, seq_of};
 use crate::fact::{DecodeError, Fact};
 
 pub(super) const BLOCK_TAG: u8 = 0x10;
@@ -190,8 +190,8 @@ pub(super) fn fact(index: &impl Index, seq: u64) -> sled::Result<Result<Option<F
 }
 
 /// The log's last fact's entry.
-pub(super) fn last(tree: &sled::Tree) -> sled::Result<Result<Option<Entry>, Damage>> {
-    let Some(item) = tree.scan_prefix([P_FACT]).next_back() else {
+pub(super) fn last(index: &impl Index) -> sled::Result<Result<Option<Entry>, Damage>> {
+    let Some(item) = index.records(&fact_key(0), &fact_key(u64::MAX)).next_back() else {
         return Ok(Ok(None));
     };
     let (k, v) = item?;
@@ -235,6 +235,7 @@ mod tests {
     use super::*;
     use crate::domain::{Account, Amount, ClientId, Currency, Key, Timestamp};
     use crate::fact::FactBody;
+    use crate::store::sled::records::P_FACT;
 
     fn deposit(seq: u64, key_len: usize) -> Fact {
         Fact {

@@ -89,6 +89,10 @@ mod log;
 mod open;
 mod rebuild;
 mod records;
+// Public but hidden: the deterministic simulation recovers its index in memory with these
+// steps, after every crash it makes.
+#[doc(hidden)]
+pub mod recover;
 mod shared;
 mod statements;
 mod submit;

@@ -20,11 +20,10 @@ use super::config::{SledConfig, sled_config};
 use super::error::{Result, open_err};
 use super::folder::{JOURNAL_DIR, LockReleased, ensure_folder, sync_dir, wait_until_released};
 use super::handle::SledStore;
-use super::records::{
-    GROUP_KEY, KeyRecord, P_ACCOUNT, P_KEY, STATS_KEY, decode, decode_balance, scoped_key,
-};
+use super::journal::{self, OsFs};
+use super::recover::{self, heal};
 use super::shared::{Deferred, Shared, State};
-use super::{journal, log, rebuild, statements};
+use super::{rebuild, statements};
 
 impl SledStore {
     /// Opens (or creates) the ledger at `config.path`: recovers sled, checks the log tail
@@ -46,7 +45,10 @@ impl SledStore {
         let mut released = LockReleased { data_file: None };
         let index = match open_index(&config, &shown, &mut released) {
             Ok(index) => index,
-            Err((e, true)) if rebuilt.is_none() && rebuild::log_is_complete(&path)? => {
+            Err((e, true))
+                if rebuilt.is_none()
+                    && recover::log_is_complete(&OsFs, &path.join(JOURNAL_DIR))? =>
+            {
                 drop(released);
                 wait_until_released(&path);
                 let reason = match &e {
@@ -129,17 +131,19 @@ impl SledStore {
         // The log of record starts at a base. A new ledger's is its first records; a
         // ledger last opened by a build that deleted old segments gets one of its whole
         // index now, once, before anything else is written.
-        let base_bytes = match journal::list_bases(&shared.path.join(JOURNAL_DIR))?.pop() {
-            Some((_, _, bytes)) => bytes,
-            None => {
+        let base_bytes = recover::ensure_base(
+            &OsFs,
+            &shared.path.join(JOURNAL_DIR),
+            &shared.tree,
+            next_group - 1,
+            || {
                 if !fresh {
                     shared.config.progress.say(&format!(
                         "writing the journal's base from the index of {shown} (once)"
                     ));
                 }
-                rebuild::write_base(&shared.tree, &shared.path, next_group - 1)?
-            }
-        };
+            },
+        )?;
         {
             let mut m = shared.metrics.lock();
             m.journal_base_bytes = base_bytes;
@@ -232,18 +236,22 @@ fn open_index(
     };
     released.data_file = Some(config.path.join("db"));
     // An index with nothing in it beside a journal with a base is an index lost (its files
-    // removed, or a backup of the journal alone): replaying the groups after its (absent)
-    // checkpoint would miss the base's records.
-    if tree.is_empty() && rebuild::log_is_complete(&config.path).map_err(|e| (e, false))? {
-        return Err((
-            LedgerError::Corrupt {
-                path: shown.to_owned(),
-                detail: "the index is empty, and the journal holds the ledger".into(),
-            },
-            true,
-        ));
+    // removed, or a backup of the journal alone).
+    let dir = config.path.join(JOURNAL_DIR);
+    recover::lost_index(&OsFs, &dir, &tree, shown)?;
+    let mut options = config.journal.clone();
+    if !config.fsync {
+        options.sync = journal::SyncMode::Never;
     }
-    let (journal, replayed_groups, checkpoint_at_open) = replay_journal(&tree, config, shown)?;
+    let mut tree = tree;
+    let recover::Replayed {
+        journal,
+        groups,
+        checkpoint: checkpoint_at_open,
+        ..
+    } = recover::replay(OsFs, &dir, options, &mut tree, shown)?;
+    let replayed_groups = groups.len() as u64;
+    drop(groups);
     // sled writes its `conf` when it creates the folder's files and never syncs it (nor the
     // folder): without it, sled refuses the folder after a power loss, and an open would
     // then rebuild the index for nothing.
@@ -265,11 +273,14 @@ fn open_index(
         // here, where a rebuild heals it, and not by a reader later.
         read_every_record(&tree, shown)?;
     }
-    let (stats, last_fact) = check_tail(&tree, shown).map_err(heal)?;
+    let recover::Checked {
+        stats,
+        last_fact,
+        balances,
+    } = recover::check(&tree, shown).map_err(heal)?;
     if stats.is_some() {
         statements::complete(&db, &tree, shown).map_err(heal)?;
     }
-    let balances = load_balances(&tree, shown).map_err(heal)?;
     Ok(Index {
         balances,
         db,
@@ -305,115 +316,6 @@ fn read_every_record(
             true,
         )),
     }
-}
-
-/// Opens the ledger's journal and replays into sled every group after the last checkpoint
-/// (`v.journal`, the last group sled holds durably): after a crash sled may hold any part
-/// of them, or none. Returns the journal, ready for the next group, how many groups were
-/// replayed, and the checkpoint. A torn tail is cut off. Damage in the journal followed by
-/// valid records refuses to open (`Err((e, false))`); a journal that does not continue
-/// sled's checkpoint says sled is not to be trusted (`Err((e, true))`).
-fn replay_journal(
-    tree: &sled::Tree,
-    config: &SledConfig,
-    shown: &str,
-) -> std::result::Result<(journal::Journal, u64, u64), (LedgerError, bool)> {
-    let held = match tree.get(GROUP_KEY).map_err(|e| heal(open_err(shown, e)))? {
-        None => 0,
-        Some(v) => u64::from_be_bytes(v.as_ref().try_into().map_err(|_| {
-            heal(LedgerError::Corrupt {
-                path: shown.to_owned(),
-                detail: "the journal group record has the wrong length".into(),
-            })
-        })?),
-    };
-    let mut options = config.journal.clone();
-    if !config.fsync {
-        options.sync = journal::SyncMode::Never;
-    }
-    let (journal, recovery) = journal::Journal::open(&config.path.join(JOURNAL_DIR), options, held)
-        .map_err(|e| {
-            let sled_is_wrong = matches!(e, journal::JournalError::Discontinuous { .. });
-            (LedgerError::from(e), sled_is_wrong)
-        })?;
-    for group in &recovery.groups {
-        group.apply(tree).map_err(|e| heal(open_err(shown, e)))?;
-    }
-    Ok((journal, recovery.groups.len() as u64, held))
-}
-
-/// An error met while opening the index, marked as one a rebuild from the journal heals
-/// when it says sled's files are damaged.
-fn heal(e: LedgerError) -> (LedgerError, bool) {
-    let damaged = matches!(e, LedgerError::Corrupt { .. });
-    (e, damaged)
-}
-
-/// Reads the stats record (`None`: a new ledger) and the log's last fact, and checks that
-/// they agree with each other and with the fact's key record.
-fn check_tail(tree: &sled::Tree, shown: &str) -> Result<(Option<Stats>, Option<Fact>)> {
-    let corrupt = |detail: String| LedgerError::Corrupt {
-        path: shown.to_owned(),
-        detail,
-    };
-    let stats: Option<Stats> = match tree.get(STATS_KEY).map_err(|e| open_err(shown, e))? {
-        None => None,
-        Some(v) => Some(decode("stats", &v).map_err(|e| corrupt(e.to_string()))?),
-    };
-    let last_fact = log::last(tree)
-        .map_err(|e| open_err(shown, e))?
-        .map_err(|d| corrupt(d.error.to_string()))?
-        .map(|e| e.decode())
-        .transpose()
-        .map_err(|e| corrupt(e.to_string()))?;
-    let tail = last_fact.as_ref().map_or(0, |f| f.seq);
-    let last_seq = stats.as_ref().map_or(0, |s| s.last_seq);
-    if tail != last_seq {
-        return Err(corrupt(format!(
-            "the log ends at seq {tail} but the balances and key records were written at seq {last_seq}"
-        )));
-    }
-    if let Some(fact) = &last_fact {
-        let rec = tree
-            .get(scoped_key(P_KEY, &fact.client, fact.key.as_str()))
-            .map_err(|e| open_err(shown, e))?
-            .ok_or_else(|| corrupt(format!("the last fact (seq {tail}) has no key record")))?;
-        let rec = KeyRecord::decode(&rec).map_err(|e| corrupt(e.to_string()))?;
-        if rec.seq != fact.seq {
-            return Err(corrupt(format!(
-                "the last fact (seq {tail}) and its key record (seq {}) disagree",
-                rec.seq
-            )));
-        }
-    }
-    Ok((stats, last_fact))
-}
-
-/// Reads the stored balances and checks that they sum to zero per currency.
-fn load_balances(tree: &sled::Tree, shown: &str) -> Result<Balances> {
-    let corrupt = |detail: String| LedgerError::Corrupt {
-        path: shown.to_owned(),
-        detail,
-    };
-    let mut balances = Balances::default();
-    for item in tree.scan_prefix([P_ACCOUNT]) {
-        let (k, v) = item.map_err(|e| open_err(shown, e))?;
-        let (account, currency, balance) =
-            decode_balance(&k, &v).ok_or_else(|| corrupt("an undecodable balance".into()))?;
-        balances
-            .accounts
-            .entry(account)
-            .or_default()
-            .insert(currency, balance);
-    }
-    for (currency, sum) in balances.sums() {
-        if sum != 0 {
-            return Err(corrupt(format!(
-                "balances in {currency} sum to {sum}, not 0"
-            )));
-        }
-    }
-    Ok(balances)
 }
 
 fn open_err_l(path: &str, e: LedgerError) -> LedgerError {

@@ -17,8 +17,9 @@ use std::time::Instant;
 use super::config::{SledConfig, sled_config};
 use super::error::{Result, open_err};
 use super::folder::{JOURNAL_DIR, flush_sled, sync_dir, wait_until_released};
-use super::journal::{self, Op};
+use super::journal::{self, Op, OsFs};
 use super::records::{GROUP_KEY, P_ACCOUNT, P_KEY, P_STATEMENT, STATS_KEY, decode, io_err};
+use super::recover::{self, Piece, Plan};
 use crate::projection::Stats;
 use crate::store::{IndexRebuild, LedgerError};
 
@@ -35,13 +36,6 @@ const REBUILD_CACHE: u64 = 1 << 30;
 /// A progress line every this many groups.
 const PROGRESS_EVERY: u64 = 100_000;
 
-/// Whether the log of record reaches back to the ledger's start: a base exists. A ledger
-/// last opened by a build that deleted its journal's old segments has none until its next
-/// open writes one.
-pub(super) fn log_is_complete(path: &Path) -> Result<bool> {
-    Ok(!journal::list_bases(&path.join(JOURNAL_DIR))?.is_empty())
-}
-
 /// Moves the index's files aside and builds a new index from the newest base and every
 /// journal group after it. `reason` says why (kept in the report). Refuses, changing
 /// nothing, when the log of record is incomplete or damaged in the middle.
@@ -51,19 +45,10 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
     let shown = path.display().to_string();
     let dir = path.join(JOURNAL_DIR);
     let progress = |line: String| config.progress.say(&line);
-    let Some((base_group, base_path, _)) = journal::list_bases(&dir)?.pop() else {
-        return Err(LedgerError::Corrupt {
-            path: shown,
-            detail: format!(
-                "the index is damaged ({reason}), and the journal holds no base to rebuild it \
-                 from: the ledger was last opened by a build that did not keep its log of \
-                 record whole. Restore the folder from a backup"
-            ),
-        });
-    };
     // Read the whole journal once before anything is changed: damage in its middle
     // refuses the rebuild here, with the damaged index still in place.
-    let last_group = journal::read_groups(&dir, base_group, None)?;
+    let plan = recover::plan(&OsFs, &dir, reason, &shown)?;
+    let (base_group, last_group) = (plan.base_group, plan.last_group);
     progress(format!(
         "rebuilding the index of {shown} from the journal ({reason}): the base at group \
          {base_group}, then groups {} to {}",
@@ -109,7 +94,7 @@ pub(super) fn rebuild(config: &SledConfig, reason: &str) -> Result<IndexRebuild>
         .open()
         .map_err(|e| open_err(&shown, e))?;
     let tree = db.open_tree("ledger").map_err(|e| open_err(&shown, e))?;
-    let groups = replay(&tree, &dir, base_group, &base_path, last_group, &progress)?;
+    let groups = replay(&tree, &dir, &plan, &progress)?;
     let facts = match tree.get(STATS_KEY).map_err(io_err)? {
         Some(v) => {
             decode::<Stats>("stats", &v)
@@ -202,63 +187,21 @@ fn remove_index_files(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// What the reading thread hands the writing one: a group's (or a piece of the base's)
-/// operations, with the group's number and the end of its seqs.
-struct Piece {
-    group: u64,
-    seqs_end: u64,
-    ops: Vec<Op>,
-}
-
 /// Puts the base's records and then every group's operations into `tree`, in order: the
 /// journal is read and decoded on a thread of its own while this one inserts. The records
 /// every group rewrites (balances, statement runs, the stats) are gathered, the last value
 /// of each key winning, and put once at the end; every other operation goes in as read.
 /// Returns how many groups were replayed.
-fn replay(
-    tree: &sled::Tree,
-    dir: &Path,
-    base_group: u64,
-    base_path: &Path,
-    last_group: u64,
-    progress: &dyn Fn(String),
-) -> Result<u64> {
+fn replay(tree: &sled::Tree, dir: &Path, plan: &Plan, progress: &dyn Fn(String)) -> Result<u64> {
+    let (base_group, last_group) = (plan.base_group, plan.last_group);
     let (tx, rx) = crossbeam_channel::bounded::<Piece>(64);
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || -> Result<()> {
-            let send = |piece: Piece| {
+            recover::pieces(&OsFs, dir, plan, &mut |piece| {
                 // The writer stopped on an error of its own, which it reports.
                 tx.send(piece)
                     .map_err(|_| journal::JournalError::Failed("stopped".into()))
-            };
-            let mut base = Vec::new();
-            journal::read_base(base_path, base_group, &mut |op| {
-                base.push(op);
-                if base.len() >= 4096 {
-                    send(Piece {
-                        group: base_group,
-                        seqs_end: 0,
-                        ops: std::mem::take(&mut base),
-                    })?;
-                }
-                Ok(())
             })?;
-            send(Piece {
-                group: base_group,
-                seqs_end: 0,
-                ops: base,
-            })?;
-            journal::read_groups(
-                dir,
-                base_group,
-                Some(&mut |group| {
-                    send(Piece {
-                        group: group.number,
-                        seqs_end: group.seqs.end,
-                        ops: group.ops,
-                    })
-                }),
-            )?;
             Ok(())
         });
         // The key records, most of the index's records, go in on threads of their own, each
@@ -391,24 +334,9 @@ fn rewritten(key: &[u8]) -> bool {
     matches!(key.first(), Some(&(P_ACCOUNT | P_STATEMENT))) || key == STATS_KEY
 }
 
-/// Writes a base of the index as it stands (every record but the checkpoint's mark) at
-/// `group`: the groups up to it are all in `tree`. Called at open, with nothing else
-/// writing, when the journal has no base yet; and by compaction, while groups after
-/// `group` go on being applied: a record read after such a group changed it holds a later
-/// value, which that group's replay writes again anyway.
+/// Writes a base of the index as it stands at `group` (see [`recover::write_base`]).
 pub(super) fn write_base(tree: &sled::Tree, path: &Path, group: u64) -> Result<u64> {
-    let mut records = tree
-        .iter()
-        .filter(|r| !matches!(r, Ok((k, _)) if k.as_ref() == GROUP_KEY))
-        .map(|r| {
-            r.map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .map_err(|e| e.to_string())
-        });
-    Ok(journal::write_base(
-        &path.join(JOURNAL_DIR),
-        group,
-        &mut records,
-    )?)
+    recover::write_base(&OsFs, &path.join(JOURNAL_DIR), tree, group)
 }
 
 impl std::fmt::Display for IndexRebuild {
