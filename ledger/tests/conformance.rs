@@ -1113,7 +1113,7 @@ async fn refund_held_on_postgres(store: &Arc<dyn Store>, url: &str) -> (Submissi
     // Watched from a session outside any transaction: inside one, pg_stat_activity is read
     // once and kept, so the locker would never see the withdrawal start waiting.
     assert!(
-        waits_on_a_lock(url, "idem_group_claim_v8").await,
+        waits_on_a_lock(url, "idem_claim_group").await,
         "the withdrawal never waited on alice's row"
     );
     let refund_answer = submit(store, "r-1", refund("w-1", 30)).await;
@@ -1286,7 +1286,79 @@ mod postgres_only {
     }
 
     /// The schema version this build migrates to.
-    const LATEST: i32 = 12;
+    const LATEST: i32 = 13;
+
+    /// Versions 1 to 12, which a scratch schema runs to make the functions version 12 left.
+    const V1_TO_V12: [&str; 12] = [
+        include_str!("../src/store/pg/migrations/v1.sql"),
+        include_str!("../src/store/pg/migrations/v2.sql"),
+        include_str!("../src/store/pg/migrations/v3.sql"),
+        include_str!("../src/store/pg/migrations/v4.sql"),
+        include_str!("../src/store/pg/migrations/v5.sql"),
+        include_str!("../src/store/pg/migrations/v6.sql"),
+        include_str!("../src/store/pg/migrations/v7.sql"),
+        include_str!("../src/store/pg/migrations/v8.sql"),
+        include_str!("../src/store/pg/migrations/v9.sql"),
+        include_str!("../src/store/pg/migrations/v10.sql"),
+        include_str!("../src/store/pg/migrations/v11.sql"),
+        include_str!("../src/store/pg/migrations/v12.sql"),
+    ];
+
+    /// The functions version 13 makes (by their role, and the previous build's names
+    /// calling them).
+    const MADE_BY_V13: [&str; 7] = [
+        "idem_wait_lock",
+        "idem_claim_group",
+        "idem_apply_group",
+        "idem_apply_one",
+        "idem_group_claim_v8",
+        "idem_group_apply_v12",
+        "idem_apply_one_v12",
+    ];
+
+    /// What version 13 changes, undone: its functions dropped, and the functions version
+    /// 12 left made again by versions 1 to 12 in a scratch schema, then moved into the
+    /// store's (those the store's schema still has, the ones its tables use, stay).
+    fn undo_v13() -> String {
+        let mut sql = String::from("CREATE SCHEMA idem_v12; SET search_path = idem_v12;\n");
+        for migration in V1_TO_V12 {
+            sql.push_str(migration);
+            sql.push('\n');
+        }
+        sql.push_str("RESET search_path;\n");
+        for name in MADE_BY_V13 {
+            sql.push_str(&format!("DROP FUNCTION idem.{name};\n"));
+        }
+        sql.push_str(
+            "DO $$ DECLARE f regprocedure; BEGIN \
+                 FOR f IN SELECT p.oid FROM pg_proc p \
+                           WHERE p.pronamespace = 'idem_v12'::regnamespace \
+                             AND NOT EXISTS (SELECT 1 FROM pg_proc q \
+                                  WHERE q.pronamespace = 'idem'::regnamespace \
+                                    AND q.proname = p.proname) LOOP \
+                     EXECUTE format('ALTER FUNCTION %s SET SCHEMA idem', f); \
+                 END LOOP; \
+             END $$; \
+             DROP SCHEMA idem_v12 CASCADE; \
+             DELETE FROM idem.schema_version WHERE version = 13;",
+        );
+        sql
+    }
+
+    /// The names of the functions in the store's schema.
+    async fn function_names(admin: &tokio_postgres::Client) -> Vec<String> {
+        admin
+            .query(
+                "SELECT p.proname::text FROM pg_proc p \
+                 WHERE p.pronamespace = 'idem'::regnamespace ORDER BY 1",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    }
 
     /// What version 12 changes, undone: the responses jsonb again with their digest by
     /// SHA-256 over `jsonb_send` (version 6's), the functions it made gone.
@@ -1318,22 +1390,32 @@ mod postgres_only {
         // claim, run again, replaces version 10's body and settings).
         admin
             .batch_execute(&format!(
-                "SET search_path = idem; {} RESET search_path; \
+                "{} SET search_path = idem; {} RESET search_path; \
                  ALTER FUNCTION idem.idem_group_claim_v8(text[], text[], bytea[], timestamptz, \
                      integer, text[], bytea[], text[], text[], integer) \
                      RESET enable_bitmapscan; \
                  DROP FUNCTION idem.idem_apply_one_v11; \
                  {UNDO_V12} \
                  DELETE FROM idem.schema_version WHERE version >= 10",
+                undo_v13(),
                 include_str!("../src/store/pg/migrations/v9.sql")
             ))
             .await
             .unwrap();
-        let group_of_one = "SELECT count(*) FROM pg_proc p \
-             JOIN pg_namespace n ON n.oid = p.pronamespace \
-             WHERE n.nspname = 'idem' AND p.proname = 'idem_group_claim_v8' \
-               AND p.prosrc LIKE '%IF n = 1 AND p_message[1] IS NULL%'";
-        let before: i64 = admin.query_one(group_of_one, &[]).await.unwrap().get(0);
+        // The claim's body for a group of one, in the function named `name`.
+        let group_of_one = |name: &str| {
+            format!(
+                "SELECT count(*) FROM pg_proc p \
+                 JOIN pg_namespace n ON n.oid = p.pronamespace \
+                 WHERE n.nspname = 'idem' AND p.proname = '{name}' \
+                   AND p.prosrc LIKE '%IF n = 1 AND p_message[1] IS NULL%'"
+            )
+        };
+        let before: i64 = admin
+            .query_one(&group_of_one("idem_group_claim_v8"), &[])
+            .await
+            .unwrap()
+            .get(0);
         assert_eq!(before, 0);
         let store = env.open().await;
         assert_latest_schema(&admin).await;
@@ -1347,14 +1429,16 @@ mod postgres_only {
             .unwrap()
             .get(0);
         assert_eq!(unique, 1);
-        let settings = function_settings(&admin, "idem_group_claim_v8")
-            .await
-            .unwrap();
+        let settings = function_settings(&admin, "idem_claim_group").await.unwrap();
         assert!(
             settings.iter().any(|s| s == "enable_bitmapscan=off"),
             "{settings:?}"
         );
-        let after: i64 = admin.query_one(group_of_one, &[]).await.unwrap().get(0);
+        let after: i64 = admin
+            .query_one(&group_of_one("idem_claim_group"), &[])
+            .await
+            .unwrap()
+            .get(0);
         assert_eq!(after, 1);
         answers_as_before_the_upgrade(&store, &first).await;
         assert_verified(&store).await;
@@ -1379,8 +1463,9 @@ mod postgres_only {
         // The database as version 10 left it.
         admin
             .batch_execute(&format!(
-                "{UNDO_V12} DROP FUNCTION idem.idem_apply_one_v11; \
+                "{} {UNDO_V12} DROP FUNCTION idem.idem_apply_one_v11; \
                  DELETE FROM idem.schema_version WHERE version >= 11",
+                undo_v13(),
             ))
             .await
             .unwrap();
@@ -1391,11 +1476,7 @@ mod postgres_only {
         );
         let store = env.open().await;
         assert_latest_schema(&admin).await;
-        assert_planned_once(
-            &function_settings(&admin, "idem_apply_one_v11")
-                .await
-                .unwrap(),
-        );
+        assert_planned_once(&function_settings(&admin, "idem_apply_one").await.unwrap());
         answers_as_before_the_upgrade(&store, &first).await;
         let o = executed(submit(&store, "d-2", deposit("bob", 7, rub())).await);
         assert_eq!(applied(&o).balance, 7);
@@ -1439,7 +1520,10 @@ mod postgres_only {
         close(store).await;
         // The database as version 11 left it: the responses jsonb again, digested by
         // SHA-256 over `jsonb_send`, the apply functions of version 12 gone.
-        admin.batch_execute(UNDO_V12).await.unwrap();
+        admin
+            .batch_execute(&format!("{} {UNDO_V12}", undo_v13()))
+            .await
+            .unwrap();
         let column = "SELECT data_type FROM information_schema.columns \
              WHERE table_schema = 'idem' AND table_name = 'idempotency_keys' \
                AND column_name = 'response'";
@@ -1449,8 +1533,8 @@ mod postgres_only {
         assert_latest_schema(&admin).await;
         let after: String = admin.query_one(column, &[]).await.unwrap().get(0);
         assert_eq!(after, "text");
-        // Made from versions 8's and 11's as installed, with their plan settings.
-        for name in ["idem_group_apply_v12", "idem_apply_one_v12"] {
+        // The apply functions with their plan settings.
+        for name in ["idem_apply_group", "idem_apply_one"] {
             assert_planned_once(&function_settings(&admin, name).await.unwrap());
         }
         answers_as_before_the_upgrade(&store, &first).await;
@@ -1495,7 +1579,7 @@ mod postgres_only {
         // whether the claim found her row.
         let apply = |exists: bool, after: &str| {
             format!(
-                "SET search_path = idem; SELECT idem_apply_one_v12(now(), 0::smallint, \
+                "SET search_path = idem; SELECT idem_apply_one(now(), 0::smallint, \
                  9999, 'default', 'x-1', 'WithdrawalRecorded', NULL, '\\x00'::bytea, \
                  '{{}}'::jsonb, '{{}}'::text, '\\x00'::bytea, 'alice', 'RUB', '-1', {exists}, \
                  '{after}', '@payouts', 'RUB', '1', 'applied', 1)"
@@ -1549,8 +1633,8 @@ mod postgres_only {
         else {
             return;
         };
-        // The hung worker: a session that claimed "w-1" (its advisory lock and its row, as
-        // idem_claim does) and stopped, with a 1 s lease.
+        // The hung worker: a session that claimed "w-1" (its advisory lock, and a pending
+        // row for the key) and stopped, with a 1 s lease.
         hung.batch_execute(
             "SET idle_in_transaction_session_timeout = '1s'; BEGIN; \
              SELECT pg_advisory_xact_lock(idem.idem_claim_lock('k', 'default', 'w-1')); \
@@ -1576,10 +1660,11 @@ mod postgres_only {
         env.finish().await;
     }
 
-    /// During an upgrade, workers of the previous build (schema version 2's idem_claim,
-    /// which inserts a pending row) and of this one (idem_claim_v3, which inserts nothing
-    /// until the end) share a database: they must still exclude each other on a key. They
-    /// do because both take the same advisory lock, whose hash version 3 kept.
+    /// During an upgrade, workers of the previous build (which call the claim by the name
+    /// `idem_group_claim_v8`) and of this one (`idem_claim_group`) share a database: they
+    /// must still exclude each other on a key. They do because the previous build's name
+    /// calls this build's claim, which takes the same advisory lock, whose hash is the one
+    /// every version took.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn workers_of_the_previous_schema_and_this_one_exclude_each_other() {
         let Some((env, store, old)) = with_alice(
@@ -1600,16 +1685,22 @@ mod postgres_only {
             .unwrap()
             .get(0);
         assert!(same);
+        // A claim of a group of one withdrawal from alice by the function `f`, waiting at
+        // most `wait` ms for the key: the command's state.
+        let claim = |f: &str, key: &str, wait: i32| {
+            format!(
+                "SELECT r_state FROM {f}(ARRAY['default'], ARRAY['{key}'], \
+                 ARRAY['\\x00'::bytea], now(), {wait}, ARRAY[NULL::text], \
+                 ARRAY[NULL::bytea], ARRAY[NULL::text], ARRAY['alice'], 10000) \
+                 WHERE r_i = 1"
+            )
+        };
         // A worker of the previous build in the middle of "w-1": claimed, not yet applied.
         // The functions find their tables on the search_path, as a worker's session sets.
         old.batch_execute("SET search_path = idem").await.unwrap();
         old.batch_execute("BEGIN").await.unwrap();
         let state: String = old
-            .query_one(
-                "SELECT state FROM idem_claim('default', 'w-1', '\\x00'::bytea, now(), 1000, \
-                 NULL, NULL, NULL, 'alice', 10000)",
-                &[],
-            )
+            .query_one(&claim("idem_group_claim_v8", "w-1", 1000), &[])
             .await
             .unwrap()
             .get(0);
@@ -1622,29 +1713,23 @@ mod postgres_only {
         old.batch_execute("ROLLBACK").await.unwrap();
         let o = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
         assert_eq!(applied(&o).balance, 400);
-        // And the other way round: this version's claim on "w-2" held, the previous
-        // version's claim on it waits out its 50 ms and answers in flight.
+        // And the other way round: this build's claim on "w-2" held, the previous build's
+        // claim on it waits out its 50 ms and answers in flight.
         let Backing::Pg(db) = &env.backing else {
             unreachable!()
         };
         let new = session(&db.url).await;
-        let claim = |f: &str, wait: i32| {
-            format!(
-                "SELECT state FROM {f}('default', 'w-2', '\\x00'::bytea, now(), {wait}, \
-                 NULL, NULL, NULL, 'alice', 10000)"
-            )
-        };
         new.batch_execute("SET search_path = idem").await.unwrap();
         new.batch_execute("BEGIN").await.unwrap();
         let held: String = new
-            .query_one(&claim("idem_claim_v3", 1000), &[])
+            .query_one(&claim("idem_claim_group", "w-2", 1000), &[])
             .await
             .unwrap()
             .get(0);
         assert_eq!(held, "claimed");
         old.batch_execute("BEGIN").await.unwrap();
         let waited: String = old
-            .query_one(&claim("idem_claim", 50), &[])
+            .query_one(&claim("idem_group_claim_v8", "w-2", 50), &[])
             .await
             .unwrap()
             .get(0);
@@ -1656,9 +1741,103 @@ mod postgres_only {
         env.finish().await;
     }
 
+    /// A database at schema version 12 is upgraded in place to version 13 by the next
+    /// worker that opens it: the functions are there by their role, with their plan
+    /// settings; the ones no build from version 12 on calls are gone; the previous build's
+    /// names call the functions of their role (its applies check their writes against the
+    /// decisions); keys done before replay and refuse reuse, new commands execute, and
+    /// verify finds the ledger clean.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_version_12_database_is_upgraded_in_place() {
+        let Some((env, store, admin)) =
+            with_alice("postgres_only::a_version_12_database_is_upgraded_in_place").await
+        else {
+            return;
+        };
+        let first = executed(submit(&store, "w-1", withdraw("alice", 100, rub())).await);
+        close(store).await;
+        admin.batch_execute(&undo_v13()).await.unwrap();
+        let before = function_names(&admin).await;
+        for name in [
+            "idem_claim",
+            "idem_lock",
+            "idem_apply",
+            "idem_claim_v3",
+            "idem_apply_v3",
+            "idem_withdrawal_v5",
+            "idem_wait_lock_v8",
+            "idem_group_claim_v8",
+            "idem_group_apply_v8",
+            "idem_apply_one_v11",
+            "idem_group_apply_v12",
+            "idem_apply_one_v12",
+        ] {
+            assert!(before.iter().any(|n| n == name), "{name}: {before:?}");
+        }
+        assert!(
+            !before.iter().any(|n| n == "idem_claim_group"),
+            "{before:?}"
+        );
+        let store = env.open().await;
+        assert_latest_schema(&admin).await;
+        let mut after = function_names(&admin).await;
+        after.sort();
+        let mut expected = vec![
+            "idem_apply_group",
+            "idem_apply_one",
+            "idem_apply_one_v12",
+            "idem_claim_group",
+            "idem_claim_lock",
+            "idem_group_apply_v12",
+            "idem_group_claim_v8",
+            "idem_key_state_ok",
+            "idem_utf8",
+            "idem_wait_lock",
+        ];
+        expected.sort_unstable();
+        assert_eq!(after, expected);
+        let claim = function_settings(&admin, "idem_claim_group").await.unwrap();
+        assert_planned_once(&claim);
+        assert!(
+            claim.iter().any(|s| s == "enable_bitmapscan=off"),
+            "{claim:?}"
+        );
+        for name in ["idem_apply_group", "idem_apply_one"] {
+            assert_planned_once(&function_settings(&admin, name).await.unwrap());
+        }
+        // The previous build's applies, with a balance for alice (400) the decision does
+        // not give: refused by the checks of the functions they call.
+        let one = "SET search_path = idem; SELECT idem_apply_one_v12(now(), 0::smallint, \
+             9999, 'default', 'x-1', 'WithdrawalRecorded', NULL, '\\x00'::bytea, \
+             '{}'::jsonb, '{}'::text, '\\x00'::bytea, 'alice', 'RUB', '-1', true, \
+             '12345', '@payouts', 'RUB', '1', 'applied', 1)";
+        let group = "SET search_path = idem; SELECT idem_group_apply_v12(now(), 0::smallint, \
+             '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], \
+             '{}'::bytea[], '{}'::jsonb[], '{}'::text[], '{}'::bytea[], ARRAY['alice'], \
+             ARRAY['RUB'], ARRAY['-1'], ARRAY[true], ARRAY['12345'], '{}'::text[], \
+             '{}'::text[], '{}'::bigint[], '{}'::bigint[], '{}'::boolean[], '{}'::bigint[], \
+             '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], \
+             '{}'::text[], '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::text[], \
+             '{}'::text[])";
+        for call in [one, group] {
+            let e = admin.batch_execute(call).await.unwrap_err();
+            let db = e.as_db_error().unwrap();
+            assert_eq!(db.code().code(), "IDM01", "{db:?}");
+            assert!(
+                db.message()
+                    .contains("alice's balance is 400, from which the decisions do not give"),
+                "{db:?}"
+            );
+        }
+        answers_as_before_the_upgrade(&store, &first).await;
+        assert_verified(&store).await;
+        close(store).await;
+        env.finish().await;
+    }
+
     /// The tables are changed behind the ledger's back (a withdrawal's refundable amount
     /// lowered by hand): the refund the log allows cannot be written as decided, so
-    /// idem_apply refuses it, the COMMIT sent behind it rolls back, and nothing of the
+    /// idem_apply_group refuses it, the COMMIT sent behind it rolls back, and nothing of the
     /// command is recorded, not even its key.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_that_disagrees_with_the_decision_records_nothing() {
@@ -1764,8 +1943,8 @@ mod postgres_only {
             unreachable!()
         };
         assert!(
-            // A group of one fact is applied by `idem_apply_one_v12` (v12.sql).
-            waits_on_a_lock(&db.url, "idem_apply_one_v12").await,
+            // A group of one fact is applied by `idem_apply_one`.
+            waits_on_a_lock(&db.url, "idem_apply_one").await,
             "the attempt never waited on the intruder's key row"
         );
         intruder.batch_execute("COMMIT").await.unwrap();

@@ -90,7 +90,7 @@ async fn until_the_group_waits(url: &str) {
         let n: i64 = watcher
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND query LIKE '%idem_group_claim_v8%'",
+                 WHERE wait_event_type = 'Lock' AND query LIKE '%idem_claim_group%'",
                 &[],
             )
             .await

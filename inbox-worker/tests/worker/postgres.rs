@@ -375,7 +375,8 @@ fn crash_under_load(mut fleet: Fleet) {
                 .block_on(admin.query_one(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
                      WHERE datname = current_database() AND pid <> pg_backend_pid() \
-                     AND query LIKE '%idem_group_%' AND state <> 'idle'",
+                     AND (query LIKE '%idem_claim_group%' OR query LIKE '%idem_apply_group%') \
+                     AND state <> 'idle'",
                     &[],
                 ))
                 .unwrap()

@@ -1,6 +1,6 @@
 //! PgStore's command path: the claim of a key in this process, then the command joins
 //! its lane's next group; the lane decides the whole group in one transaction (two round
-//! trips, one commit; see `v8.sql`), and runs it again, or splits it, when the
+//! trips, one commit; see `schema.sql`), and runs it again, or splits it, when the
 //! transaction fails.
 //!
 //! The route of a command: `Store::submit` (`mod.rs`), then `submit_command` here, then

@@ -1,9 +1,7 @@
 //! PgStore's group commit: the commands of a lane that arrive while its previous group is
-//! in flight are decided together, in one transaction with one commit (`v8.sql`; the
-//! claim's body from `v10.sql`: `v9.sql`'s, with its lock on the accounts by an index
-//! scan, and a group of one deposit or withdrawal without a message id claimed by
-//! version 3's statements for one command; a group of one fact applied by `v11.sql`'s
-//! function, one statement per write).
+//! in flight are decided together, in one transaction with one commit (`idem_claim_group`,
+//! then `idem_apply_group`, or `idem_apply_one` for a group of one fact, one statement per
+//! write; `schema.sql` has them with what each step is for).
 //!
 //! Each process runs `PgConfig::lanes` lanes (one by default), each a task that runs one
 //! group at a time on one connection. A command goes to the lane of the account it acts on
@@ -68,20 +66,20 @@ pub(super) const RETRY_AFTER: Duration = Duration::from_secs(1);
 /// balance row).
 const RETRIES: u32 = 5;
 
-// The group's two statements (the claim of `v8.sql` with its body from `v10.sql`, the
-// apply of `v12.sql`; a group of one fact applied by `v12.sql`'s other function), prepared
-// once per connection (deadpool's cache) so that BEGIN and COMMIT ride beside them.
+// The group's two statements (`idem_claim_group` and `idem_apply_group`, or
+// `idem_apply_one` for a group of one fact; all in `schema.sql`), prepared once per
+// connection (deadpool's cache) so that BEGIN and COMMIT ride beside them.
 const SQL_CLAIM: &str = "SELECT r_i, r_state, r_message_claimed, r_hash, r_seq, \
      r_body, r_withdrawal_seq, r_withdrawal, r_client, r_name, r_currency, r_balance, r_total \
-     FROM idem_group_claim_v8($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
-const SQL_APPLY: &str = "SELECT idem_group_apply_v12($1, $2, $3, $4, $5, $6, $7, $8, \
+     FROM idem_claim_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+const SQL_APPLY: &str = "SELECT idem_apply_group($1, $2, $3, $4, $5, $6, $7, $8, \
      $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, \
      $27, $28, $29, $30, $31, $32, $33)";
-/// The apply of a group of one fact (`v11.sql`, its response as text since `v12.sql`),
-/// with the fact's values as scalars.
-const SQL_APPLY_ONE: &str = "SELECT idem_apply_one_v12($1, $2, $3, $4, $5, $6, $7, \
+/// The apply of a group of one fact, with the fact's values as scalars.
+const SQL_APPLY_ONE: &str = "SELECT idem_apply_one($1, $2, $3, $4, $5, $6, $7, \
      $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)";
-/// The SQLSTATE `idem_group_apply_v8` raises when a write disagrees with the decision.
+/// The SQLSTATE `idem_apply_group` and `idem_apply_one` raise when a write disagrees with
+/// the decision.
 const DISAGREE: &str = "IDM01";
 /// What a quarantined reused message id is told, and kept with.
 const MESSAGE_REUSED: &str = "message_id_reused: this message id was delivered before with \
@@ -186,7 +184,7 @@ struct Decided {
     at: i64,
 }
 
-/// A command's row of `idem_group_claim_v8`.
+/// A command's row of `idem_claim_group`.
 struct ClaimRow {
     state: String,
     message_claimed: bool,
@@ -627,7 +625,7 @@ impl PgStore {
     }
 
     /// One attempt: the whole group in one transaction, in two round trips: BEGIN +
-    /// `idem_group_claim_v8`, the decisions here, then `idem_group_apply_v8` + COMMIT (or
+    /// `idem_claim_group`, the decisions here, then `idem_apply_group` + COMMIT (or
     /// ROLLBACK when nothing is written: every command was a replay or a 409).
     async fn group_attempt(&self, group: &[Queued]) -> Result<Decided, Abort> {
         let claimed = self.begin(group).await?;
@@ -826,7 +824,7 @@ impl PgStore {
 
     fn unexpected(&self, what: String) -> Abort {
         Abort::Fail(LedgerError::Unavailable(format!(
-            "idem_group_claim_v8 answered {what}"
+            "idem_claim_group answered {what}"
         )))
     }
 
@@ -1017,8 +1015,8 @@ impl PgStore {
         Ok(())
     }
 
-    /// Round trip 2: every write of the group and the COMMIT. `idem_group_apply_v8`
-    /// (or, for a group of one fact, `idem_apply_one_v11`) checks each against the
+    /// Round trip 2: every write of the group and the COMMIT. `idem_apply_group`
+    /// (or, for a group of one fact, `idem_apply_one`) checks each against the
     /// decisions and raises if one disagrees, which turns the COMMIT into a rollback.
     async fn apply_round_trip(
         &self,
@@ -1234,7 +1232,7 @@ impl PgStore {
 
 /// A group whose writes are one fact's: one fact that moves at most one user account and
 /// one system account, with no refund, no message and nothing to quarantine (every group
-/// at 1 connection). `idem_apply_one_v11` writes it with one statement per row.
+/// at 1 connection). `idem_apply_one` writes it with one statement per row.
 struct One<'a> {
     fact: &'a (Fact, Outcome, Fingerprint),
     account: Option<(&'a String, &'a AccountState)>,

@@ -222,8 +222,8 @@ impl PgStore {
         Ok(Some((status, fingerprint, fact)))
     }
 
-    /// A key as `idem_claim_v3` answers it when seen (from column 2) or a plain read of its
-    /// row (from column 0): its fingerprint, then its fact's seq and body, if it has one.
+    /// A key's fingerprint, then its fact's seq and body, if it has one, from the row's
+    /// column `from` on.
     fn key_fact(&self, row: &Row, from: usize) -> Result<(Fingerprint, Option<Fact>)> {
         let hash: &[u8] = get(row, from)?;
         let fingerprint = Fingerprint(

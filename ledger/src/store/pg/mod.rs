@@ -20,12 +20,12 @@
 //!    counters and the inbox row; then one COMMIT for the group (synchronous_commit on)
 //!    and only then answer.
 //!
-//! The statements run inside two PL/pgSQL functions (`v8.sql`, the claim's body from
-//! `v10.sql`, their plan settings from `v9.sql` and `v10.sql`; a group of one fact is
-//! applied by `v11.sql`'s function of scalars) that take the group as
-//! arrays, `idem_group_claim_v8` (steps 1–3 up to the decisions) and
-//! `idem_group_apply_v8` (the writes), with BEGIN and COMMIT pipelined beside them: two
-//! round trips per group instead of one per dependent statement of each command.
+//! The statements run inside two PL/pgSQL functions that take the group as arrays,
+//! `idem_claim_group` (steps 1–3 up to the decisions) and `idem_apply_group` (the writes;
+//! `idem_apply_one` takes a group of one fact as scalars), with BEGIN and COMMIT pipelined
+//! beside them: two round trips per group instead of one per dependent statement of each
+//! command. `schema.sql` has every table and function of the schema in one file; the
+//! migrations in `migrations/` build it.
 //!
 //! No correctness comes from this process's memory: the unique indexes, the guarded
 //! updates, the row locks and the single transaction are all in the database. What is
@@ -202,8 +202,8 @@ impl Store for PgStore {
         let conn = self.conn().await?;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
         let after = i64::try_from(after).unwrap_or(i64::MAX);
-        // The expression and the predicate are the index's (v7.sql), so the planner reads
-        // the account's range of `facts_by_account` and nothing else.
+        // The expression and the predicate are the index's (schema.sql), so the planner
+        // reads the account's range of `facts_by_account` and nothing else.
         let stmt = conn
             .prepare_cached(
                 "SELECT seq, body FROM facts \
@@ -269,9 +269,9 @@ impl Store for PgStore {
         let at = point.time.map(db_time).transpose()?;
         let conn = self.conn().await?;
         let pg = |e: tokio_postgres::Error| pg_err(&e);
-        // The account's range of `facts_by_account` (v7.sql), read backwards from the cut:
-        // one row for a seq; for a time, the account's movements after it are passed over,
-        // never the rest of the log.
+        // The account's range of `facts_by_account` (schema.sql), read backwards from the
+        // cut: one row for a seq; for a time, the account's movements after it are passed
+        // over, never the rest of the log.
         let stmt = conn
             .prepare_cached(
                 "SELECT seq, body FROM facts \

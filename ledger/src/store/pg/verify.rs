@@ -385,8 +385,8 @@ impl PgStore {
                 fact.client, fact.key
             )
         });
-        // The statements' index (v7.sql) files a fact under its `doc`'s account unless its
-        // `kind` is a rejection: a row whose columns disagree with its body would be
+        // The statements' index (schema.sql) files a fact under its `doc`'s account unless
+        // its `kind` is a rejection: a row whose columns disagree with its body would be
         // missing from its account's statement, or listed in another's.
         let filed = row.opt_text(4)?;
         let line = crate::projection::statement_line(&fact);

@@ -1,6 +1,6 @@
 -- Idem on PostgreSQL, schema version 1. Applied once by `PgStore::open`, inside the
 -- migration transaction that holds the advisory lock; the search_path is the store's
--- schema. Never edit a released migration: add the next version instead.
+-- schema. Never change what a released migration makes: add the next version instead.
 --
 -- Names and strings are COLLATE "C" so that ORDER BY (client, key) is byte order, the
 -- order the sled store lists keys in, and so the primary key index serves it.
