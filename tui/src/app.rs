@@ -478,9 +478,14 @@ impl App {
             }
             return;
         }
+        self.on_view_key(key.code);
+    }
+
+    /// A plain key with nothing open over the view: moves, switches, or acts on the view.
+    fn on_view_key(&mut self, code: KeyCode) {
         // Rows of a table page: the terminal less the tab bar, footer, borders and header.
         let page = isize::try_from(self.size.1.saturating_sub(6).max(1)).unwrap_or(1);
-        match key.code {
+        match code {
             KeyCode::Char('q') => self.quit = true,
             // Esc goes back, never out: it closes what is open, and a second Esc does
             // nothing, so pressing it once too often cannot end the session.

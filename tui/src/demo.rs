@@ -196,65 +196,67 @@ fn storm(server: &str, stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         round += 1;
         let account = accounts[usize::try_from(round % 4).unwrap_or(0)];
-        let key = format!("ord-{round}");
-        let amount = 100 + (round * 37) % 900;
-        let body = format!(r#"{{"account":"{account}","amount":{amount},"currency":"RUB"}}"#);
-        if round.is_multiple_of(7) {
-            // Twins: two deliveries at once; one is applied, the other waits or gets 409.
-            let twin = {
-                let (agent, server, key, body) =
-                    (agent.clone(), server.to_string(), key.clone(), body.clone());
-                std::thread::spawn(move || {
-                    post(&agent, &server, "/v1/withdrawals", &key, &body);
-                })
-            };
-            post(&agent, server, "/v1/withdrawals", &key, &body);
-            let _ = twin.join();
-        } else {
-            post(&agent, server, "/v1/withdrawals", &key, &body);
-        }
-        if round.is_multiple_of(3) {
-            // A retry of the same intent: replayed, no second effect.
-            post(&agent, server, "/v1/withdrawals", &key, &body);
-        }
-        if round.is_multiple_of(11) {
-            // The same key with another amount: refused as reused.
-            let other = format!(
-                r#"{{"account":"{account}","amount":{},"currency":"RUB"}}"#,
-                amount + 1
-            );
-            post(&agent, server, "/v1/withdrawals", &key, &other);
-        }
-        if round.is_multiple_of(5) {
-            let body = format!(r#"{{"account":"{account}","amount":2500,"currency":"RUB"}}"#);
-            post(
-                &agent,
-                server,
-                "/v1/deposits",
-                &format!("dep-{round}"),
-                &body,
-            );
-        }
-        if round.is_multiple_of(13) {
-            let body = format!(r#"{{"withdrawal":"ord-{}","amount":50}}"#, round - 1);
-            post(
-                &agent,
-                server,
-                "/v1/refunds",
-                &format!("ref-{round}"),
-                &body,
-            );
-        }
-        if round.is_multiple_of(17) {
-            let body = format!(r#"{{"account":"{account}","amount":900000000,"currency":"RUB"}}"#);
-            post(
-                &agent,
-                server,
-                "/v1/withdrawals",
-                &format!("big-{round}"),
-                &body,
-            );
-        }
+        storm_round(&agent, server, round, account);
         std::thread::sleep(Duration::from_millis(60));
+    }
+}
+
+/// One round of the storm on `account`: a withdrawal, delivered twice at once every 7th
+/// round, retried every 3rd, its key reused every 11th; and beside it a deposit every
+/// 5th, a refund of the last round's withdrawal every 13th, a withdrawal too large every
+/// 17th.
+fn storm_round(agent: &ureq::Agent, server: &str, round: u64, account: &str) {
+    let key = format!("ord-{round}");
+    let amount = 100 + (round * 37) % 900;
+    let body = format!(r#"{{"account":"{account}","amount":{amount},"currency":"RUB"}}"#);
+    if round.is_multiple_of(7) {
+        // Twins: two deliveries at once; one is applied, the other waits or gets 409.
+        let twin = {
+            let (agent, server, key, body) =
+                (agent.clone(), server.to_string(), key.clone(), body.clone());
+            std::thread::spawn(move || {
+                post(&agent, &server, "/v1/withdrawals", &key, &body);
+            })
+        };
+        post(agent, server, "/v1/withdrawals", &key, &body);
+        let _ = twin.join();
+    } else {
+        post(agent, server, "/v1/withdrawals", &key, &body);
+    }
+    if round.is_multiple_of(3) {
+        // A retry of the same intent: replayed, no second effect.
+        post(agent, server, "/v1/withdrawals", &key, &body);
+    }
+    if round.is_multiple_of(11) {
+        // The same key with another amount: refused as reused.
+        let other = format!(
+            r#"{{"account":"{account}","amount":{},"currency":"RUB"}}"#,
+            amount + 1
+        );
+        post(agent, server, "/v1/withdrawals", &key, &other);
+    }
+    if round.is_multiple_of(5) {
+        let body = format!(r#"{{"account":"{account}","amount":2500,"currency":"RUB"}}"#);
+        post(
+            agent,
+            server,
+            "/v1/deposits",
+            &format!("dep-{round}"),
+            &body,
+        );
+    }
+    if round.is_multiple_of(13) {
+        let body = format!(r#"{{"withdrawal":"ord-{}","amount":50}}"#, round - 1);
+        post(agent, server, "/v1/refunds", &format!("ref-{round}"), &body);
+    }
+    if round.is_multiple_of(17) {
+        let body = format!(r#"{{"account":"{account}","amount":900000000,"currency":"RUB"}}"#);
+        post(
+            agent,
+            server,
+            "/v1/withdrawals",
+            &format!("big-{round}"),
+            &body,
+        );
     }
 }

@@ -7,26 +7,62 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
         draw_waiting(frame, area, app, theme);
         return;
     };
-    // The quarantine takes the lower part of the view, only when there is one: messages
-    // refused by the inbox are conflicts of the broker's kind.
+    // Both panels are framed alike, as the whole view would be.
+    let roomy = roomy(area);
+    let area = draw_quarantine_below(frame, area, app, roomy, theme);
+    let title = conflicts_title(app, snapshot, area, roomy);
+    let inner = panel(frame, area, title, roomy, theme);
+    if snapshot.conflicts.is_empty() {
+        draw_none_listed(frame, inner, app, snapshot, theme);
+        return;
+    }
+    let [listed_area, inner] =
+        Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(inner);
+    let conflicts = app.visible_conflicts();
+    let line = listed_line(app, snapshot, &conflicts, inner, listed_area.width.into());
+    frame.render_widget(
+        Paragraph::new(restyle(line.line(listed_area.width.into()), theme.dim())),
+        listed_area,
+    );
+    if conflicts.is_empty() {
+        frame.render_widget(
+            Paragraph::new(Span::styled("none matches the filter", theme.dim())),
+            inner,
+        );
+        return;
+    }
+    draw_conflict_table(frame, inner, app, &conflicts, theme);
+}
+
+/// The quarantine in the lower part of the view, only when there is one: messages
+/// refused by the inbox are conflicts of the broker's kind. Returns the area left above.
+fn draw_quarantine_below(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    roomy: bool,
+    theme: Theme,
+) -> Rect {
     let quarantined = app
         .shown()
         .quarantine
         .as_ref()
         .map(|q| q.quarantined.as_slice())
         .unwrap_or_default();
-    // Both panels are framed alike, as the whole view would be.
-    let roomy = roomy(area);
-    let area = if quarantined.is_empty() || area.height < 12 {
-        area
-    } else {
-        let rows = u16::try_from(quarantined.len()).unwrap_or(u16::MAX);
-        let lower = rows.saturating_add(3).min(area.height / 2);
-        let [upper, lower_area] =
-            Layout::vertical([Constraint::Fill(1), Constraint::Length(lower)]).areas(area);
-        draw_quarantine(frame, lower_area, roomy, quarantined, theme);
-        upper
-    };
+    if quarantined.is_empty() || area.height < 12 {
+        return area;
+    }
+    let rows = u16::try_from(quarantined.len()).unwrap_or(u16::MAX);
+    let lower = rows.saturating_add(3).min(area.height / 2);
+    let [upper, lower_area] =
+        Layout::vertical([Constraint::Fill(1), Constraint::Length(lower)]).areas(area);
+    draw_quarantine(frame, lower_area, roomy, quarantined, theme);
+    upper
+}
+
+/// The conflicts panel's title: the counters and the order, the counters alone when both
+/// do not fit.
+fn conflicts_title(app: &App, snapshot: &Snapshot, area: Rect, roomy: bool) -> Parts {
     let counters = &snapshot.counters;
     // The counters count every conflict (on sled, since the ledger began; through the
     // inbox too), the list only this worker's answers over HTTP, the newest 50: the
@@ -64,46 +100,54 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
     } else {
         area.width
     });
-    let title = Parts::first_fitting(title_width, vec![sorted(title), sorted(counted_only)]);
-    let inner = panel(frame, area, title, roomy, theme);
-    let started = started_at(app);
+    Parts::first_fitting(title_width, vec![sorted(title), sorted(counted_only)])
+}
+
+/// No conflict listed: none at all, or why the ones counted are not in the list.
+fn draw_none_listed(frame: &mut Frame, area: Rect, app: &App, snapshot: &Snapshot, theme: Theme) {
+    let counters = &snapshot.counters;
     let counted = counters
         .conflicts_in_flight
         .saturating_add(counters.conflicts_reused);
-    if snapshot.conflicts.is_empty() {
-        let text = if counted == 0 {
-            "no conflicts: every repeat matched its first attempt".to_string()
-        } else {
-            let since = started.map(|t| format!(" at {t}")).unwrap_or_default();
-            // A worker that counts its own came by them since it started: the inbox.
-            let came = match snapshot.observed_scope {
-                ObservedScope::Worker => "through the inbox",
-                ObservedScope::Ledger | ObservedScope::Unknown => {
-                    "before that, or through the inbox"
-                }
-            };
-            format!(
-                "none listed: this worker has answered none over HTTP since it started{since}; \
-                 the {counted} counted came {came}"
-            )
+    let text = if counted == 0 {
+        "no conflicts: every repeat matched its first attempt".to_string()
+    } else {
+        let since = started_at(app)
+            .map(|t| format!(" at {t}"))
+            .unwrap_or_default();
+        // A worker that counts its own came by them since it started: the inbox.
+        let came = match snapshot.observed_scope {
+            ObservedScope::Worker => "through the inbox",
+            ObservedScope::Ledger | ObservedScope::Unknown => "before that, or through the inbox",
         };
-        frame.render_widget(
-            Paragraph::new(Span::styled(text, theme.dim())).wrap(Wrap { trim: true }),
-            inner,
-        );
-        return;
-    }
-    let [listed_area, inner] =
-        Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(inner);
+        format!(
+            "none listed: this worker has answered none over HTTP since it started{since}; \
+             the {counted} counted came {came}"
+        )
+    };
+    frame.render_widget(
+        Paragraph::new(Span::styled(text, theme.dim())).wrap(Wrap { trim: true }),
+        area,
+    );
+}
+
+/// The line above the list: which rows are on screen, first, when they do not all fit
+/// the table's `area` under its header, then how many of each kind are listed and what
+/// the list holds, as much as fits `width`.
+fn listed_line(
+    app: &App,
+    snapshot: &Snapshot,
+    conflicts: &[&Conflict],
+    area: Rect,
+    width: usize,
+) -> Parts {
     let listed = |kind: ConflictKind| {
         usize_units(snapshot.conflicts.iter().filter(|c| c.kind == kind).count())
     };
-    let conflicts = app.visible_conflicts();
-    // Which rows are on screen, first, when they do not all fit under the header.
     let range = rows_range(
         Parts::new(),
         conflicts.len(),
-        usize::from(inner.height.saturating_sub(1)),
+        usize::from(area.height.saturating_sub(1)),
         app.selected[View::Conflicts.index()],
     );
     let counts = Parts::new()
@@ -116,7 +160,9 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
         None => Parts::from("listed: "),
     }
     .extend(&counts);
-    let since = started.map(|t| format!(" at {t}")).unwrap_or_default();
+    let since = started_at(app)
+        .map(|t| format!(" at {t}"))
+        .unwrap_or_default();
     let mut variants = vec![
         kinds.clone().text(format!(
             ", this worker's answers over HTTP since it started{since}, the newest 50 at most"
@@ -133,25 +179,24 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
     if let Some(range) = range {
         variants.push(range.text(" · ").extend(&counts));
     }
-    let line = Parts::first_fitting(listed_area.width.into(), variants);
-    frame.render_widget(
-        Paragraph::new(restyle(line.line(listed_area.width.into()), theme.dim())),
-        listed_area,
-    );
-    if conflicts.is_empty() {
-        frame.render_widget(
-            Paragraph::new(Span::styled("none matches the filter", theme.dim())),
-            inner,
-        );
-        return;
-    }
-    let layout = conflict_columns(inner.width);
+    Parts::first_fitting(width, variants)
+}
+
+/// The listed conflicts, their kind in its colour: 409 the warning's, 422 the alarm's.
+fn draw_conflict_table(
+    frame: &mut Frame,
+    area: Rect,
+    app: &App,
+    conflicts: &[&Conflict],
+    theme: Theme,
+) {
+    let layout = conflict_columns(area.width);
     let texts: Vec<Vec<String>> = conflicts
         .iter()
         .map(|conflict| layout.iter().map(|(col, _)| col.text(conflict)).collect())
         .collect();
     let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
-    let (widths, fitted) = fit_table(&header, &texts, table_width(inner.width), |i, need| {
+    let (widths, fitted) = fit_table(&header, &texts, table_width(area.width), |i, need| {
         layout[i].0.column(layout[i].1, need)
     });
     let rows = conflicts.iter().zip(&texts).map(|(conflict, texts)| {
@@ -178,7 +223,7 @@ pub(super) fn draw_conflicts(frame: &mut Frame, area: Rect, app: &App, theme: Th
     });
     draw_table(
         frame,
-        inner,
+        area,
         Row::new(header).style(theme.header()),
         rows,
         widths,

@@ -117,15 +117,21 @@ fn draw_key_table(
     // Where the status has no column of its own, the outcome's says it too.
     let merged = !layout.iter().any(|(c, _)| *c == KeyCol::Status);
     let known = withdrawal_currencies(app.shown());
-    let texts: Vec<Vec<String>> = keys
+    let currencies: Vec<&str> = keys
         .iter()
         .map(|record| {
-            let currency = currency_of(
+            currency_of(
                 &known,
                 &record.client,
                 record.withdrawal.as_ref(),
                 &record.currency,
-            );
+            )
+        })
+        .collect();
+    let texts: Vec<Vec<String>> = keys
+        .iter()
+        .zip(&currencies)
+        .map(|(record, currency)| {
             layout
                 .iter()
                 .map(|(col, _)| col.text(record, merged, currency))
@@ -142,51 +148,19 @@ fn draw_key_table(
             _ => col.column(cells(header), need),
         }
     });
-    let rows = keys.iter().zip(&texts).map(|(record, texts)| {
-        let style = if record.lease_expired {
-            theme.bad()
-        } else {
-            match record.status {
-                KeyStatus::Pending => theme.warn(),
-                KeyStatus::Expired => theme.dim(),
-                KeyStatus::Done | KeyStatus::Unknown => Style::new(),
-            }
-        };
-        let currency = currency_of(
-            &known,
-            &record.client,
-            record.withdrawal.as_ref(),
-            &record.currency,
-        );
-        let cells: Vec<Cell> = layout
-            .iter()
-            .zip(&fitted)
-            .zip(texts)
-            .map(|(((col, _), width), text)| {
-                let width = usize::from(*width);
-                match col {
-                    KeyCol::Client | KeyCol::Key | KeyCol::Account => {
-                        Cell::from(fit_middle(text, width))
-                    }
-                    KeyCol::Status | KeyCol::Command | KeyCol::Age => {
-                        Cell::from(fit_text(text, width))
-                    }
-                    KeyCol::Amount => Cell::from(money_fit(
-                        record.amount,
-                        currency,
-                        u16::try_from(width).unwrap_or(u16::MAX),
-                    )),
-                    KeyCol::Outcome => Cell::from(Span::styled(
-                        fit_text(text, width),
-                        outcome_style(&key_result(record), theme),
-                    )),
-                    KeyCol::Replays => Cell::from(fit_number(record.replays.into(), width)),
-                    KeyCol::Conflicts => Cell::from(fit_number(record.conflicts.into(), width)),
-                }
-            })
-            .collect();
-        Row::new(cells).style(style)
-    });
+    let rows = keys
+        .iter()
+        .zip(&currencies)
+        .zip(&texts)
+        .map(|((record, currency), texts)| {
+            let cells: Vec<Cell> = layout
+                .iter()
+                .zip(&fitted)
+                .zip(texts)
+                .map(|(((col, _), width), text)| col.cell(record, currency, text, *width, theme))
+                .collect();
+            Row::new(cells).style(key_style(record, theme))
+        });
     draw_table(
         frame,
         inner,
@@ -196,6 +170,20 @@ fn draw_key_table(
         app.selected[View::Keys.index()],
         theme,
     );
+}
+
+/// A key's row in the warning colour while pending, the alarm's when its lease ran out,
+/// dim once expired.
+fn key_style(record: &KeyRecord, theme: Theme) -> Style {
+    if record.lease_expired {
+        theme.bad()
+    } else {
+        match record.status {
+            KeyStatus::Pending => theme.warn(),
+            KeyStatus::Expired => theme.dim(),
+            KeyStatus::Done | KeyStatus::Unknown => Style::new(),
+        }
+    }
 }
 
 /// A column of the keys table.
@@ -231,6 +219,31 @@ impl KeyCol {
             KeyCol::Amount => number_column("amount", need, 13),
             KeyCol::Replays => number_column("replays", need, 9),
             KeyCol::Conflicts => number_column("conflicts", need, 9),
+        }
+    }
+
+    /// The column's cell for `record`: its `text` fitted to `width` cells, a name cut in
+    /// its middle, words at their end, numbers shortened; the amount in `currency`, the
+    /// outcome in its colour.
+    fn cell(
+        self,
+        record: &KeyRecord,
+        currency: &str,
+        text: &str,
+        width: u16,
+        theme: Theme,
+    ) -> Cell<'static> {
+        let cells = usize::from(width);
+        match self {
+            KeyCol::Client | KeyCol::Key | KeyCol::Account => Cell::from(fit_middle(text, cells)),
+            KeyCol::Status | KeyCol::Command | KeyCol::Age => Cell::from(fit_text(text, cells)),
+            KeyCol::Amount => Cell::from(money_fit(record.amount, currency, width)),
+            KeyCol::Outcome => Cell::from(Span::styled(
+                fit_text(text, cells),
+                outcome_style(&key_result(record), theme),
+            )),
+            KeyCol::Replays => Cell::from(fit_number(record.replays.into(), cells)),
+            KeyCol::Conflicts => Cell::from(fit_number(record.conflicts.into(), cells)),
         }
     }
 
@@ -600,34 +613,66 @@ fn key_fields(
         Some(Value::Object(map)) => Some(map),
         _ => None,
     };
-    let text = |map: Option<&serde_json::Map<String, Value>>, name: &str| {
-        map.and_then(|m| m.get(name))
-            .and_then(Value::as_str)
-            .map(sanitize)
-    };
     let currency = if record.currency.is_empty() {
-        text(outcome, "currency")
-            .or_else(|| text(fact.and_then(Value::as_object), "currency"))
+        answer_text(outcome, "currency")
+            .or_else(|| answer_text(fact.and_then(Value::as_object), "currency"))
             .unwrap_or_else(|| seen.to_string())
     } else {
         record.currency.to_string()
     };
-    let amount_of = |value: Option<&Value>| value.and_then(units);
-    let with_money = |parts: Parts, minor: i128| {
-        if currency.is_empty() {
-            parts.num(minor).text(" (minor units)")
-        } else {
-            parts.money(minor, &currency).text(format!(" {currency}"))
-        }
-    };
-
     let mut fields = vec![
         Field::new("client", record.client.to_string()),
         Field::new("key", record.key.to_string()),
+        status_field(record, theme),
+        command_field(record, &currency),
     ];
+    fields.extend(outcome_fields(record, outcome, &currency, theme));
+    if record.status == KeyStatus::Done
+        && let Some(until) = &record.expires_at
+    {
+        fields.push(Field::new(
+            "kept",
+            format!("the answer until {}", date_time(until)),
+        ));
+    }
+    fields.extend(other_answer_fields(outcome, &currency));
+    fields.push(fact_field(record, fact));
+    fields.push(repeats_field(record, started));
+    fields
+}
+
+/// The stored answer's fields, when it is an object.
+type Answer = serde_json::Map<String, Value>;
+
+/// A text field of the answer, sanitised.
+fn answer_text(answer: Option<&Answer>, name: &str) -> Option<String> {
+    answer
+        .and_then(|m| m.get(name))
+        .and_then(Value::as_str)
+        .map(sanitize)
+}
+
+/// An integer field of the answer.
+fn answer_units(answer: Option<&Answer>, name: &str) -> Option<i128> {
+    answer.and_then(|m| m.get(name)).and_then(units)
+}
+
+/// `parts` and an amount of minor units in major units of `currency`, or in minor units,
+/// said so, when the currency is not known.
+fn with_money(parts: Parts, minor: i128, currency: &str) -> Parts {
+    if currency.is_empty() {
+        parts.num(minor).text(" (minor units)")
+    } else {
+        parts.money(minor, currency).text(format!(" {currency}"))
+    }
+}
+
+/// Where the key stands and since when, a pending key in the warning colour, one whose
+/// lease ran out in the alarm's.
+fn status_field(record: &KeyRecord, theme: Theme) -> Field {
     let age = format_age(record.age_ms);
     let since = clock_time(&record.since);
-    fields.push(match record.status {
+    match record.status {
         KeyStatus::Pending if record.lease_expired => Field::new(
             "status",
             format!("pending since {since}, {age}: lease expired!"),
@@ -639,14 +684,19 @@ fn key_fields(
         KeyStatus::Done => Field::new("status", format!("done at {since}, {age} ago")),
         KeyStatus::Expired => Field::new(
             "status",
-            format!("expired: done at {since}, {age} ago; the stored answer was swept, a retry is answered from the fact"),
+            format!(
+                "expired: done at {since}, {age} ago; the stored answer was swept, a retry is answered from the fact"
+            ),
         ),
         KeyStatus::Unknown => Field::new("status", format!("? since {since}")),
-    });
+    }
+}
 
+/// The command, its amount, and the account or withdrawal it names.
+fn command_field(record: &KeyRecord, currency: &str) -> Field {
     let command = Parts::new().text(format!("{} ", record.command));
     let command = match record.amount {
-        Some(amount) => with_money(command, amount.into()),
+        Some(amount) => with_money(command, amount.into(), currency),
         None => command,
     };
     let command = match (&record.withdrawal, record.command.as_str()) {
@@ -654,88 +704,105 @@ fn key_fields(
         (None, "deposit") => command.text(format!(" to {}", record.account)),
         (None, _) => command.text(format!(" from {}", record.account)),
     };
-    fields.push(Field::new("command", command));
+    Field::new("command", command)
+}
 
+/// What became of the key, and the figures the answer gives for it.
+fn outcome_fields(
+    record: &KeyRecord,
+    outcome: Option<&Answer>,
+    currency: &str,
+    theme: Theme,
+) -> Vec<Field> {
     // The answer's seq is the fact's, which the fact line shows.
     let result = key_result(record);
+    let style = outcome_style(&result, theme);
     match &result {
-        KeyResult::Pending => fields.push(Field::new("outcome", "none yet: in flight")),
+        KeyResult::Pending => vec![Field::new("outcome", "none yet: in flight")],
         KeyResult::Unknown if outcome.is_none() => {
-            fields.push(Field::new("outcome", "not stored (swept after retention)"))
+            vec![Field::new("outcome", "not stored (swept after retention)")]
         }
-        KeyResult::Unknown => fields.push(Field::new("outcome", "?")),
-        KeyResult::Applied => {
-            fields.push(Field::new("outcome", "applied").styled(outcome_style(&result, theme)));
-            if let Some(balance) = amount_of(outcome.and_then(|m| m.get("balance"))) {
-                let account = text(outcome, "account").unwrap_or_default();
-                let line = with_money(Parts::new(), balance);
-                fields.push(Field::new(
-                    "balance",
-                    line.text(format!(" on {account} after it")),
-                ));
-            }
-            if let Some(total) = amount_of(outcome.and_then(|m| m.get("refunded_total"))) {
-                let line = with_money(Parts::new(), total);
-                fields.push(Field::new(
-                    "refunded",
-                    line.text(" of the withdrawal in all"),
-                ));
-            }
-        }
-        KeyResult::Rejected(code) => {
-            fields.push(
-                Field::new("outcome", format!("rejected: {code}"))
-                    .styled(outcome_style(&result, theme)),
-            );
-            if let Some(title) = text(outcome, "title") {
-                fields.push(Field::new("reason", title));
-            }
-            // The figure the rejection was decided on, in major units. The answer's
-            // `detail` says the same in minor units, as the API does, so it is not shown.
-            let asked = |parts: Parts| match record.amount {
-                Some(amount) => {
-                    with_money(parts.text(", less than the "), amount.into()).text(" asked")
-                }
-                None => parts,
-            };
-            if let Some(balance) = amount_of(outcome.and_then(|m| m.get("balance"))) {
-                let line =
-                    with_money(Parts::new(), balance).text(format!(" on {}", record.account));
-                fields.push(Field::new("balance", asked(line)));
-            }
-            if let Some(held) = text(outcome, "account_currency") {
-                fields.push(Field::new(
-                    "currency",
-                    format!("{} holds {held}, not {currency}", record.account),
-                ));
-            }
-            if let Some(left) = amount_of(outcome.and_then(|m| m.get("refundable"))) {
-                let withdrawal = record
-                    .withdrawal
-                    .as_ref()
-                    .map_or_else(String::new, |w| format!(" of withdrawal {w}"));
-                let line = with_money(Parts::new(), left).text(format!("{withdrawal} to refund"));
-                fields.push(Field::new("left", line));
-            }
-        }
+        KeyResult::Unknown => vec![Field::new("outcome", "?")],
+        KeyResult::Applied => applied_fields(outcome, currency, style),
+        KeyResult::Rejected(code) => rejected_fields(record, outcome, code, currency, style),
     }
-    if record.status == KeyStatus::Done
-        && let Some(until) = &record.expires_at
-    {
+}
+
+/// An applied command: the balance it left and, for a refund, the withdrawal's refunds
+/// in all.
+fn applied_fields(outcome: Option<&Answer>, currency: &str, style: Style) -> Vec<Field> {
+    let mut fields = vec![Field::new("outcome", "applied").styled(style)];
+    if let Some(balance) = answer_units(outcome, "balance") {
+        let account = answer_text(outcome, "account").unwrap_or_default();
+        let line = with_money(Parts::new(), balance, currency);
         fields.push(Field::new(
-            "kept",
-            format!("the answer until {}", date_time(until)),
+            "balance",
+            line.text(format!(" on {account} after it")),
         ));
     }
-    // Whatever else the answer holds, labelled by its name: a worker may say more than
-    // this dashboard knows of.
+    if let Some(total) = answer_units(outcome, "refunded_total") {
+        let line = with_money(Parts::new(), total, currency);
+        fields.push(Field::new(
+            "refunded",
+            line.text(" of the withdrawal in all"),
+        ));
+    }
+    fields
+}
+
+/// A rejected command: its code and reason, and the figure it was decided on.
+fn rejected_fields(
+    record: &KeyRecord,
+    outcome: Option<&Answer>,
+    code: &str,
+    currency: &str,
+    style: Style,
+) -> Vec<Field> {
+    let mut fields = vec![Field::new("outcome", format!("rejected: {code}")).styled(style)];
+    if let Some(title) = answer_text(outcome, "title") {
+        fields.push(Field::new("reason", title));
+    }
+    // The figure the rejection was decided on, in major units. The answer's `detail`
+    // says the same in minor units, as the API does, so it is not shown.
+    let asked = |parts: Parts| match record.amount {
+        Some(amount) => {
+            with_money(parts.text(", less than the "), amount.into(), currency).text(" asked")
+        }
+        None => parts,
+    };
+    if let Some(balance) = answer_units(outcome, "balance") {
+        let line =
+            with_money(Parts::new(), balance, currency).text(format!(" on {}", record.account));
+        fields.push(Field::new("balance", asked(line)));
+    }
+    if let Some(held) = answer_text(outcome, "account_currency") {
+        fields.push(Field::new(
+            "currency",
+            format!("{} holds {held}, not {currency}", record.account),
+        ));
+    }
+    if let Some(left) = answer_units(outcome, "refundable") {
+        let withdrawal = record
+            .withdrawal
+            .as_ref()
+            .map_or_else(String::new, |w| format!(" of withdrawal {w}"));
+        let line = with_money(Parts::new(), left, currency).text(format!("{withdrawal} to refund"));
+        fields.push(Field::new("left", line));
+    }
+    fields
+}
+
+/// Whatever else the answer holds, labelled by its name: a worker may say more than
+/// this dashboard knows of.
+fn other_answer_fields(outcome: Option<&Answer>, currency: &str) -> Vec<Field> {
+    let mut fields = Vec::new();
     for (name, value) in outcome.into_iter().flatten() {
         if SHOWN_OUTCOME_FIELDS.contains(&name.as_str()) {
             continue;
         }
         let label = sanitize(name).replace('_', " ");
         let field = match (units(value), is_money_field(name)) {
-            (Some(minor), true) => Field::new(label, with_money(Parts::new(), minor)),
+            (Some(minor), true) => Field::new(label, with_money(Parts::new(), minor, currency)),
             (Some(n), false) => Field::new(label, Parts::new().num(n)),
             (None, _) => match value {
                 Value::String(s) => Field::new(label, sanitize(s)),
@@ -744,28 +811,35 @@ fn key_fields(
         };
         fields.push(field);
     }
+    fields
+}
 
-    fields.push(Field::new(
+/// The key's fact in a few words, or why there is none to show.
+fn fact_field(record: &KeyRecord, fact: Option<&Value>) -> Field {
+    Field::new(
         "fact",
         match fact {
             Some(fact) => fact_words(fact),
             None if record.status == KeyStatus::Pending => "none yet: in flight".to_string(),
             None => "loading…".to_string(),
         },
-    ));
+    )
+}
+
+/// The key's replays and conflicts, counted since the worker started.
+fn repeats_field(record: &KeyRecord, started: Option<&str>) -> Field {
     let since_start = match started {
         Some(time) => format!(" since the worker started at {time}"),
         None => " since the worker started".to_string(),
     };
-    fields.push(Field::new(
+    Field::new(
         "repeats",
         Parts::new()
             .count(record.replays, "replay", "replays")
             .text(" · ")
             .count(record.conflicts, "conflict", "conflicts")
             .text(since_start),
-    ));
-    fields
+    )
 }
 
 /// A fact in a few words: `#131 WithdrawalRecorded at 11:58:00`, with a rejection's code.

@@ -5,30 +5,8 @@ use super::*;
 pub(super) fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
     let roomy = roomy(area);
     let facts = app.visible_facts();
-    let mode = if app.follow_log {
-        "following"
-    } else {
-        "scrolled, End follows"
-    };
-    // How many facts there are, or which are on screen when they do not all fit; on a
-    // narrow terminal the words go before the numbers do.
-    let selected = app.selected[View::Log.index()];
-    let range = rows_range(Parts::new(), facts.len(), panel_rows(area, roomy), selected);
-    let mode = format!(" · {mode}");
-    let name = Parts::from("Log · ");
-    let title = match range {
-        Some(range) => vec![
-            name.clone().extend(&range).text(" facts").text(&mode),
-            name.clone().extend(&range).text(&mode),
-            range.clone().text(&mode),
-            name.extend(&range),
-        ],
-        None => {
-            let count = name.count(usize_units(facts.len()), "fact", "facts");
-            vec![count.clone().text(mode), count]
-        }
-    };
     let title_width = usize::from(area.width.saturating_sub(if roomy { 4 } else { 0 }));
+    let title = log_title(app, facts.len(), panel_rows(area, roomy));
     let inner = panel(
         frame,
         area,
@@ -44,7 +22,39 @@ pub(super) fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         }
         return;
     }
-    let layout = log_columns(inner.width);
+    draw_log_table(frame, inner, app, &facts, theme);
+}
+
+/// The log panel's title, longest first: how many of the `total` facts there are, or
+/// which are on screen when they do not all fit its `rows`, and whether it follows the
+/// tail; on a narrow terminal the words go before the numbers do.
+fn log_title(app: &App, total: usize, rows: usize) -> Vec<Parts> {
+    let mode = if app.follow_log {
+        "following"
+    } else {
+        "scrolled, End follows"
+    };
+    let selected = app.selected[View::Log.index()];
+    let range = rows_range(Parts::new(), total, rows, selected);
+    let mode = format!(" · {mode}");
+    let name = Parts::from("Log · ");
+    match range {
+        Some(range) => vec![
+            name.clone().extend(&range).text(" facts").text(&mode),
+            name.clone().extend(&range).text(&mode),
+            range.clone().text(&mode),
+            name.extend(&range),
+        ],
+        None => {
+            let count = name.count(usize_units(total), "fact", "facts");
+            vec![count.clone().text(mode), count]
+        }
+    }
+}
+
+/// The facts' table, a rejection's row in the warning colour.
+fn draw_log_table(frame: &mut Frame, area: Rect, app: &App, facts: &[&FactRow], theme: Theme) {
+    let layout = log_columns(area.width);
     let known = withdrawal_currencies(app.shown());
     // A rejected refund's fact names its withdrawal, not its currency: the withdrawal's
     // is looked up among what the dashboard has seen.
@@ -63,7 +73,7 @@ pub(super) fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         })
         .collect();
     let header: Vec<&str> = layout.iter().map(|(_, header)| *header).collect();
-    let (widths, fitted) = fit_table(&header, &texts, table_width(inner.width), |i, need| {
+    let (widths, fitted) = fit_table(&header, &texts, table_width(area.width), |i, need| {
         let (col, header) = layout[i];
         match col {
             LogCol::Amount => {
@@ -92,7 +102,7 @@ pub(super) fn draw_log(frame: &mut Frame, area: Rect, app: &App, theme: Theme) {
         });
     draw_table(
         frame,
-        inner,
+        area,
         Row::new(header).style(theme.header()),
         rows,
         widths,
