@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use ledger::fact::json;
+use ledger::json;
 use ledger::{ClientId, Command, Key, KeyInfo, KeyQuery, KeyStatus, Outcome, Timestamp};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;

@@ -5,7 +5,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ledger::fact::json;
+use ledger::json;
 use ledger::{Account, AsOf, Key, KeyQuery, KeyStatus, Timestamp};
 use serde_json::{Value, json};
 
