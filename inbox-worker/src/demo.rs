@@ -19,7 +19,8 @@ use ledger::Store as _;
 use ledger::{Account, ClientId, Command, Currency, Key, MessageId, SledStore, Submission};
 use serde_json::Value;
 
-use crate::api::{ApiOptions, serve};
+use crate::api::ApiOptions;
+use crate::server::serve;
 use crate::text::count;
 
 /// The demo's one currency, and amounts written in it.

@@ -13,10 +13,10 @@
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 //! let addr = listener.local_addr()?;
 //! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-//! let server = tokio::spawn(inbox_worker::api::serve(
+//! let server = tokio::spawn(inbox_worker::serve(
 //!     listener,
 //!     store.clone(),
-//!     inbox_worker::api::ApiOptions::default(),
+//!     inbox_worker::ApiOptions::default(),
 //!     async move { let _ = stopped.await; },
 //! ));
 //! // ... talk to http://{addr} ...
@@ -33,7 +33,9 @@ pub mod api;
 pub mod client;
 pub mod demo;
 pub mod inbox;
+pub mod server;
 pub mod text;
 pub mod wire;
 
-pub use api::{ApiOptions, Limits, ServeConfig, run_server, serve};
+pub use api::{ApiOptions, Limits};
+pub use server::{ServeConfig, run_server, serve};

@@ -10,8 +10,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use inbox_worker::access::Token;
-use inbox_worker::api::{ApiOptions, ServeConfig};
+use inbox_worker::api::ApiOptions;
 use inbox_worker::client::{self, SubmitOptions};
+use inbox_worker::server::{self, ServeConfig};
 use inbox_worker::wire::parse_duration;
 use inbox_worker::{demo, inbox, text};
 use ledger::{Account, Amount, ClientId, Command, Currency, Key, LedgerError, SledStore};
@@ -657,7 +658,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                 idle_timeout: args.idle_timeout,
                 shutdown_grace: args.shutdown_grace,
             },
-            amqp_stats: None,
+            consumer: None,
         },
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -666,7 +667,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let signal = shutdown_signal()?;
-        inbox_worker::run_server(config, signal).await
+        server::run_server(config, signal).await
     })
 }
 
@@ -1340,7 +1341,7 @@ fn verify_pg(url: &str) -> anyhow::Result<u8> {
     runtime.block_on(async {
         let mut config = ServeConfig::new("");
         config.store_url = Some(url.to_owned());
-        let store = inbox_worker::api::open_store(&config).await?;
+        let store = server::open_store(&config).await?;
         let report = store.verify().await;
         store.shutdown().await;
         let report = report?;

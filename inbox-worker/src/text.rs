@@ -13,7 +13,7 @@ pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
 
 /// `minor` units of `currency` as a person reads them: `1,000.00 RUB`. The API's JSON
 /// writes them as a number, or as a decimal string beyond 64 bits
-/// (`ledger::fact::json::wide`); with no currency known, the number as it is counted.
+/// (`ledger::json::wide`); with no currency known, the number as it is counted.
 pub fn money(v: &Value, currency: &str) -> String {
     match minor(v) {
         Some(m) if !currency.is_empty() => money::format(m, currency),

@@ -330,7 +330,7 @@ pub fn parse_body(kind: CommandKind, body: &[u8]) -> Result<Command, Invalid> {
 /// The HTTP body of a command, as the CLI client sends it.
 pub fn body_of(command: &Command) -> serde_json::Value {
     let mut map = serde_json::Map::new();
-    ledger::fact::json::command_fields(command, &mut map);
+    ledger::json::command_fields(command, &mut map);
     // The endpoint names the command; the body carries only its fields.
     map.remove("command");
     serde_json::Value::Object(map)

@@ -1,19 +1,15 @@
 //! Idem's ledger: money commands recorded exactly once as facts keyed by the client's
 //! idempotency key, on sled or PostgreSQL. See ARCHITECTURE.md for the map and the invariants.
 //!
-//! The pure modules (`domain`, `core`, `fact`, `projection`, `clock`) know no storage;
-//! [`store`] holds the [`Store`] interface with its vocabulary and its two implementations,
-//! [`SledStore`] and [`PgStore`], each depending on the interface and the pure modules only.
+//! The pure modules (`domain`, `core`, `fact`, `json`, `projection`, `clock`, `memory`,
+//! `tenant`) are the `ledger-core` crate's, re-exported here: they know no storage, and
+//! Cargo holds them to it. [`store`] holds the [`Store`] interface with its vocabulary and
+//! its two implementations, [`SledStore`] and [`PgStore`], each depending on the interface
+//! and the pure modules only.
 
-pub mod clock;
-pub mod core;
-pub mod domain;
-pub mod fact;
-pub mod memory;
-pub mod projection;
+pub use ledger_core::{clock, core, domain, fact, json, memory, projection, tenant};
 pub mod scenario;
 pub mod store;
-pub mod tenant;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -1,6 +1,7 @@
 //! The module structure holds: the files of a store's folder import one another without a
 //! circle, so each can be read after the files it imports, and none imports its parent's
-//! every item (`use super::*`) where a list would say what it needs.
+//! every item (`use super::*`) where a list would say what it needs. And the pure core,
+//! `ledger-core`, lists no I/O crate among its dependencies.
 //!
 //! The check reads the source, not the compiler's view: `use` declarations (braced groups
 //! over several lines included) and paths in the code (`super::x::Y`, `self::x::Y`,
@@ -25,6 +26,104 @@ fn store_pg_has_no_import_circle() {
 #[test]
 fn store_sled_has_no_import_circle() {
     holds_no_circle("src/store/sled");
+}
+
+/// The core does no I/O, and its manifest says so: `ledger-core` depends on no storage,
+/// network, runtime or thread crate. Only its own dependencies are read; what they pull in
+/// is what `cargo tree -p ledger-core -e normal` lists (serde, chrono, sha2 and the like).
+#[test]
+fn ledger_core_depends_on_no_io_crate() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ledger-core/Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let deps = dependencies(&text);
+    println!("ledger-core depends on: {}", deps.join(", "));
+    assert!(
+        deps.iter().any(|d| d == "serde"),
+        "the manifest was not read as expected: {deps:?}"
+    );
+    let io: Vec<&String> = deps.iter().filter(|d| is_io_crate(d)).collect();
+    assert!(
+        io.is_empty(),
+        "ledger-core must do no I/O, yet {} lists {io:?}",
+        manifest.display()
+    );
+}
+
+/// Crates that reach storage, the network, an async runtime or threads, by name or family
+/// (`tokio` stands for `tokio-postgres` and `tokio-util` too).
+const IO_CRATES: &[&str] = &[
+    "sled",
+    "fs2",
+    "libc",
+    "tempfile",
+    "tokio",
+    "mio",
+    "futures",
+    "async-trait",
+    "hyper",
+    "axum",
+    "tower",
+    "ureq",
+    "reqwest",
+    "postgres",
+    "deadpool",
+    "lapin",
+    "amq-protocol",
+    "crossbeam",
+    "parking_lot",
+    "rayon",
+];
+
+fn is_io_crate(name: &str) -> bool {
+    IO_CRATES.iter().any(|io| {
+        name == *io
+            || name
+                .strip_prefix(io)
+                .is_some_and(|rest| rest.starts_with(['-', '_']))
+    })
+}
+
+/// The crates a manifest's `[dependencies]` name (target-specific ones and build
+/// dependencies included, dev-dependencies not): each entry's key, or the `package` it
+/// renames.
+fn dependencies(manifest: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut section = String::new();
+    for line in manifest.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if let Some(header) = line.strip_prefix('[') {
+            section = header.trim_end_matches(']').trim().to_owned();
+            // `[dependencies.name]`: the entry is the header.
+            if let Some(name) = section.strip_prefix("dependencies.") {
+                out.push(name.trim_matches('"').to_owned());
+            }
+            continue;
+        }
+        let listed = section == "dependencies"
+            || section == "build-dependencies"
+            || (section.starts_with("target.")
+                && (section.ends_with(".dependencies")
+                    || section.ends_with(".build-dependencies")));
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if section.starts_with("dependencies.") && key.trim() == "package" {
+            out.pop();
+            out.push(value.trim().trim_matches('"').to_owned());
+            continue;
+        }
+        if !listed {
+            continue;
+        }
+        let renamed = value
+            .split_once("package")
+            .and_then(|(_, rest)| rest.trim_start().strip_prefix('='))
+            .and_then(|rest| rest.trim_start().strip_prefix('"'))
+            .and_then(|rest| rest.split('"').next());
+        let name = key.trim().split('.').next().unwrap_or("").trim_matches('"');
+        out.push(renamed.unwrap_or(name).to_owned());
+    }
+    out
 }
 
 /// The files of the folder at `relative` (to the crate) import one another without a
@@ -698,4 +797,61 @@ fn use_super_glob_is_reported_outside_tests() {
     let graph = folder_graph(&folder).unwrap();
     assert_eq!(graph.globs, ["a.rs:2"]);
     assert_eq!(graph.describe(), "a.rs -> mod.rs\nmod.rs -> nothing\n");
+}
+
+#[test]
+fn an_io_crate_in_a_manifest_is_found_however_it_is_listed() {
+    let manifest = r#"
+[package]
+name = "x"
+tokio = "not a dependency: a package key"
+
+[dependencies]
+serde.workspace = true
+chrono = { workspace = true }
+store = { package = "sled", version = "0.34" } # renamed
+
+[target.'cfg(unix)'.dependencies]
+tokio-postgres = "0.7"
+
+[dependencies.pool]
+version = "0.14"
+package = "deadpool-postgres"
+
+[dev-dependencies]
+tempfile = "3"
+"#;
+    let deps = dependencies(manifest);
+    assert_eq!(
+        deps,
+        [
+            "serde",
+            "chrono",
+            "sled",
+            "tokio-postgres",
+            "deadpool-postgres"
+        ]
+    );
+    let io: Vec<&String> = deps.iter().filter(|d| is_io_crate(d)).collect();
+    assert_eq!(io, ["sled", "tokio-postgres", "deadpool-postgres"]);
+    for pure in [
+        "serde",
+        "serde_json",
+        "postcard",
+        "sha2",
+        "thiserror",
+        "itoa",
+        "sledge",
+    ] {
+        assert!(!is_io_crate(pure), "{pure}");
+    }
+    for io in [
+        "crossbeam-channel",
+        "parking_lot",
+        "tokio",
+        "hyper-util",
+        "lapin",
+    ] {
+        assert!(is_io_crate(io), "{io}");
+    }
 }

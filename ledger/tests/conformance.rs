@@ -246,7 +246,7 @@ async fn deliver(store: &Arc<dyn Store>, m: &str, k: &str, command: Command) -> 
 
 /// The bytes a client gets for an outcome.
 fn body(o: &Outcome) -> String {
-    serde_json::to_string(&fact::json::outcome(o)).unwrap()
+    serde_json::to_string(&json::outcome(o)).unwrap()
 }
 
 fn executed(s: Submission) -> Outcome {
@@ -2462,7 +2462,7 @@ async fn rejections_tell_their_figure_and_replay_it_byte_for_byte(env: &Env) {
             panic!("{k}: expected a rejection, got {o:?}")
         };
         assert_eq!((r.rejection, r.detail), (detail.rejection(), Some(*detail)));
-        let told = fact::json::outcome(&o);
+        let told = json::outcome(&o);
         assert_eq!(told[member], *value, "{told}");
         assert!(
             told["detail"]

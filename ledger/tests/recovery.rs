@@ -730,7 +730,7 @@ fn a_large_ledger_whose_data_file_is_damaged_in_the_middle_rebuilds_and_serves_e
                 .key(&ClientId::default_client(), &key)
                 .unwrap()
                 .unwrap();
-            let answer = fact::json::outcome(info.outcome.as_ref().unwrap()).to_string();
+            let answer = json::outcome(info.outcome.as_ref().unwrap()).to_string();
             (key, answer)
         })
         .collect();
@@ -760,7 +760,7 @@ fn a_large_ledger_whose_data_file_is_damaged_in_the_middle_rebuilds_and_serves_e
             .key(&ClientId::default_client(), key)
             .unwrap()
             .unwrap();
-        let now = fact::json::outcome(info.outcome.as_ref().unwrap()).to_string();
+        let now = json::outcome(info.outcome.as_ref().unwrap()).to_string();
         assert_eq!(&now, answer, "{key:?}");
     }
     let verify = l.blocking().verify().unwrap();

@@ -161,7 +161,7 @@ pub fn check_after_crash(
     path: &std::path::Path,
     acked: &std::collections::HashMap<String, String>,
 ) -> Result<ledger::OpenReport, String> {
-    use ledger::{ClientId, SledConfig, SledStore, fact::json};
+    use ledger::{ClientId, SledConfig, SledStore, json};
     let (ledger, report) = SledStore::open(SledConfig::new(path)).map_err(|e| e.to_string())?;
     let client = ClientId::default_client();
     for (key, body) in acked {

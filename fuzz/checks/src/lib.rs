@@ -6,7 +6,7 @@
 
 use http::HeaderValue;
 use inbox_worker::wire::{CommandKind, Message, body_of, kind_of, parse_body, parse_message};
-use ledger::fact::json;
+use ledger::json;
 use ledger::{Account, ClientId, Command, Currency, Fact, FactBody, Key, MessageId, Outcome};
 use serde_json::{Map, Value};
 

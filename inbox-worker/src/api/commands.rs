@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
-use ledger::fact::json;
+use ledger::json;
 use ledger::{ClientId, Command, Key, Outcome, Submission};
 use serde_json::json;
 

@@ -1,6 +1,6 @@
 //! The operator feed of docs/FEED.md: snapshot, paged key lists and an SSE stream, plus
-//! the background tasks that keep them fresh (sweeper, periodic verify, throughput
-//! sampler, fact follower). The feed only reads: it never moves money.
+//! the tasks that keep them fresh (throughput sampler, fact follower) and the snapshot's
+//! record of the verifies the server runs. The feed only reads: it never moves money.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -11,8 +11,11 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use ledger::fact::json;
-use ledger::{ClientId, Command, Key, KeyInfo, KeyQuery, KeyStatus, Outcome, Timestamp};
+use ledger::json;
+use ledger::{
+    ClientId, Command, Key, KeyInfo, KeyQuery, KeyStatus, LedgerError, Outcome, Timestamp,
+    VerifyReport,
+};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
@@ -111,11 +114,10 @@ async fn with_currency(app: &Shared, info: &KeyInfo, mut row: Value) -> Value {
 
 // ---- background tasks ---------------------------------------------------------------------
 
-/// Starts the tasks; each ends when the server stops.
-pub(crate) fn spawn_background(app: Shared) -> Vec<JoinHandle<()>> {
+/// Starts the feed's own tasks, the throughput sampler and the fact follower; each ends
+/// when the server stops.
+pub(crate) fn spawn_feed(app: Shared) -> Vec<JoinHandle<()>> {
     vec![
-        tokio::spawn(sweeper(app.clone())),
-        tokio::spawn(verifier(app.clone())),
         tokio::spawn(sampler(app.clone())),
         tokio::spawn(follower(app)),
     ]
@@ -133,75 +135,52 @@ async fn tick(app: &Shared, d: Duration) -> bool {
     }
 }
 
-async fn sweeper(app: Shared) {
-    let mut every = app.options.sweep_every;
-    while tick(&app, every).await {
-        match app.store.sweep().await {
-            Ok(expired) => {
-                // The sweep takes a bounded number of facts per call: go on at once
-                // while there is more to do.
-                every = if expired > 0 {
-                    Duration::from_millis(10)
-                } else {
-                    app.options.sweep_every
-                };
-            }
-            Err(e) => eprintln!("sweep failed: {e}"),
-        }
-    }
+/// One verify the server ran, for the snapshot's `verify`.
+#[derive(Debug)]
+pub(crate) struct VerifyRun {
+    /// When it began.
+    pub at: Timestamp,
+    /// What started it: `start` or `periodic`.
+    pub run: &'static str,
+    /// The last seq it covers: the log as it stood when it began (facts committed
+    /// meanwhile may be checked too).
+    pub up_to_seq: u64,
+    pub took: Duration,
+    pub report: Result<VerifyReport, LedgerError>,
 }
 
-async fn verifier(app: Shared) {
-    let mut first = true;
-    loop {
-        if !first && !tick(&app, app.options.verify_every).await {
-            return;
+/// Records a verify's result for the snapshot, with when the next one is due.
+pub(crate) fn verified(app: &Shared, run: VerifyRun) {
+    let took_ms = u64::try_from(run.took.as_millis()).unwrap_or(u64::MAX);
+    let every_ms = i64::try_from(app.options.verify_every.as_millis()).unwrap_or(i64::MAX);
+    let next_at = Timestamp(chrono::Utc::now().timestamp_millis()).saturating_add_ms(every_ms);
+    let mut entry = json!({
+        "at": run.at.to_rfc3339(),
+        "run": run.run,
+        "up_to_seq": run.up_to_seq,
+        "took_ms": took_ms,
+        "next_at": next_at.to_rfc3339(),
+    });
+    let fields = match run.report {
+        Ok(report) => {
+            let summary = report.to_string();
+            json!({
+                "ok": report.ok(),
+                "summary": summary.lines().next().unwrap_or(""),
+                "facts": report.facts,
+                "keys_done": report.keys_done,
+                "keys_expired": report.keys_expired,
+                "accounts": report.accounts,
+                "currencies": report.currencies,
+                "violations": report.violations.len(),
+            })
         }
-        let run = if first { "start" } else { "periodic" };
-        first = false;
-        // Verify reads the log while commits go on (the sled store holds them only for
-        // its last step, PostgreSQL reads one snapshot), so every ledger is verified.
-        // What it covers is the log as it stood when it began: every fact up to this seq
-        // (facts committed meanwhile may be checked too). An operator reads "up to seq N"
-        // against the ledger's last seq to see how much is not verified yet.
-        let up_to_seq = app.store.durable_seq();
-        let started = std::time::Instant::now();
-        let at = now_rfc3339();
-        let report = app.store.verify().await;
-        let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let every_ms = i64::try_from(app.options.verify_every.as_millis()).unwrap_or(i64::MAX);
-        let next_at = Timestamp(chrono::Utc::now().timestamp_millis()).saturating_add_ms(every_ms);
-        let mut entry = json!({
-            "at": at,
-            "run": run,
-            "up_to_seq": up_to_seq,
-            "took_ms": took_ms,
-            "next_at": next_at.to_rfc3339(),
-        });
-        let fields = match report {
-            Ok(report) => {
-                if !report.ok() {
-                    eprintln!("verify found violations:\n{report}");
-                }
-                let summary = report.to_string();
-                json!({
-                    "ok": report.ok(),
-                    "summary": summary.lines().next().unwrap_or(""),
-                    "facts": report.facts,
-                    "keys_done": report.keys_done,
-                    "keys_expired": report.keys_expired,
-                    "accounts": report.accounts,
-                    "currencies": report.currencies,
-                    "violations": report.violations.len(),
-                })
-            }
-            Err(e) => json!({"ok": false, "summary": format!("verify could not run: {e}")}),
-        };
-        if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, fields) {
-            entry.extend(fields);
-        }
-        *app.metrics.verify.lock() = Some(entry);
+        Err(e) => json!({"ok": false, "summary": format!("verify could not run: {e}")}),
+    };
+    if let (Value::Object(entry), Value::Object(fields)) = (&mut entry, fields) {
+        entry.extend(fields);
     }
+    *app.metrics.verify.lock() = Some(entry);
 }
 
 async fn sampler(app: Shared) {

@@ -1,19 +1,29 @@
-//! What a worker is told at start: the API's options and, for `run_server`, where the store
-//! lives and what else to run beside the API.
+//! What the API is told at start: who may call, what it takes, its limits, and what it
+//! reads of a broker consumer the server runs beside it. Where the store lives and what
+//! else runs is the server's (`crate::server::ServeConfig`).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ledger::{Currency, SledConfig};
+use ledger::Currency;
 
 use crate::access::Token;
 
 use super::listener::Limits;
-use crate::inbox::amqp::{AmqpOptions, AmqpStats};
 
-/// How the API behaves, independent of where the ledger lives.
+/// What `/healthz` and `/metrics` read of a broker consumer that runs beside the API (the
+/// server's RabbitMQ consumer): whether it consumes, and its counters.
+pub trait ConsumerStatus: std::fmt::Debug + Send + Sync {
+    /// `Ok` while it consumes; else why not (the last connection error, or that the first
+    /// attempt is under way).
+    fn consuming(&self) -> Result<(), String>;
+    /// Its counters in Prometheus' text format, appended to `out`.
+    fn write_metrics(&self, out: &mut String);
+}
+
+/// How the API behaves, independent of where the ledger lives, with the pace of the
+/// sweeper and the verifier the server runs beside it.
 #[derive(Debug, Clone)]
 pub struct ApiOptions {
     /// Tenants' tokens. Empty: one tenant, `default`, with every right, loopback only.
@@ -32,8 +42,8 @@ pub struct ApiOptions {
     pub verify_every: Duration,
     /// The connection cap and each phase's timeout (see `listener`).
     pub limits: Limits,
-    /// The RabbitMQ consumer's counters, for /metrics, when the worker runs one.
-    pub amqp_stats: Option<Arc<AmqpStats>>,
+    /// The broker consumer's state, for /healthz and /metrics, when the worker runs one.
+    pub consumer: Option<Arc<dyn ConsumerStatus>>,
 }
 
 impl Default for ApiOptions {
@@ -47,63 +57,8 @@ impl Default for ApiOptions {
             sweep_every: Duration::from_secs(5),
             verify_every: Duration::from_secs(600),
             limits: Limits::default(),
-            amqp_stats: None,
+            consumer: None,
         }
-    }
-}
-
-/// Everything `serve` needs: the ledger's folder and options, the address, the API.
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    pub db: PathBuf,
-    /// A PostgreSQL URL: the facts live there instead of the sled folder `db`.
-    pub store_url: Option<String>,
-    /// Connections to PostgreSQL (with `store_url`).
-    pub pg_pool: usize,
-    /// PostgreSQL groups in flight at once (lanes of commands).
-    pub pg_lanes: usize,
-    /// The most commands one PostgreSQL transaction decides together.
-    pub pg_group_max: usize,
-    /// How long a PostgreSQL group stays open for more commands, from its first's arrival.
-    pub pg_group_wait: Duration,
-    /// Open PostgreSQL even with fsync or full_page_writes off.
-    pub pg_allow_unsafe_settings: bool,
-    /// Consume inbox messages from RabbitMQ too.
-    pub amqp: Option<AmqpOptions>,
-    pub listen: SocketAddr,
-    pub retention: Duration,
-    pub lease: Duration,
-    pub cache_bytes: u64,
-    pub api: ApiOptions,
-}
-
-impl ServeConfig {
-    pub fn new(db: impl Into<PathBuf>) -> Self {
-        Self {
-            db: db.into(),
-            store_url: None,
-            pg_pool: 16,
-            pg_lanes: ledger::PgConfig::default().lanes,
-            pg_group_max: ledger::PgConfig::default().group_max,
-            pg_group_wait: Duration::ZERO,
-            pg_allow_unsafe_settings: false,
-            amqp: None,
-            listen: SocketAddr::from(([127, 0, 0, 1], 7420)),
-            retention: Duration::from_secs(24 * 3600),
-            lease: Duration::from_secs(10),
-            cache_bytes: 64 * 1024 * 1024,
-            api: ApiOptions::default(),
-        }
-    }
-
-    pub fn ledger_config(&self) -> SledConfig {
-        let mut c = SledConfig::new(&self.db)
-            .retention(self.retention)
-            .lease(self.lease);
-        c.cache_capacity_bytes = self.cache_bytes;
-        c.in_flight_wait = self.api.in_flight_wait;
-        c.progress = ledger::Progress::new(|line| eprintln!("{line}"));
-        c
     }
 }
 

@@ -5,14 +5,13 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ledger::fact::json;
+use ledger::json;
 use ledger::{Account, AsOf, Key, KeyQuery, KeyStatus, Timestamp};
 use serde_json::{Value, json};
 
 use super::feed;
 use super::problem::{Params, Problem, json_ok, limit_param, no_params, number_param, params};
 use super::state::{Shared, View};
-use crate::inbox::amqp::AmqpHealth;
 
 /// `GET /v1/accounts`: the accounts the caller may see, in name order, paged by `after`
 /// (the last name of the previous page) and `limit`; `next` is the name to pass as
@@ -488,16 +487,16 @@ pub(crate) async fn healthz(State(app): State<Shared>, q: Params) -> Response {
             // A consumer that cannot reach its broker leaves the worker degraded, not down:
             // it still serves every HTTP request, so a load balancer must not take it out
             // (200), while a monitor reads `status` and the reason.
-            let Some(amqp) = &app.options.amqp_stats else {
+            let Some(consumer) = &app.options.consumer else {
                 return json_ok(&json!({"status": "ok", "last_seq": last_seq}));
             };
-            match amqp.health() {
-                AmqpHealth::Consuming => json_ok(&json!({
+            match consumer.consuming() {
+                Ok(()) => json_ok(&json!({
                     "status": "ok",
                     "last_seq": last_seq,
                     "amqp": {"status": "consuming"},
                 })),
-                AmqpHealth::Down(reason) => json_ok(&json!({
+                Err(reason) => json_ok(&json!({
                     "status": "degraded",
                     "last_seq": last_seq,
                     "amqp": {"status": "disconnected", "reason": reason},
@@ -523,8 +522,8 @@ pub(crate) async fn metrics(State(app): State<Shared>, q: Params) -> Response {
         .metrics
         .memory(app.options.limits.max_connections, app.events.len());
     let mut text = app.metrics.render(&stats, &*app.store, own);
-    if let Some(amqp) = &app.options.amqp_stats {
-        amqp.write_prometheus(&mut text);
+    if let Some(consumer) = &app.options.consumer {
+        consumer.write_metrics(&mut text);
     }
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut().insert(

@@ -437,7 +437,7 @@ pub fn message_body(
     command: &Command,
 ) -> Vec<u8> {
     let mut fields = serde_json::Map::new();
-    ledger::fact::json::command_fields(command, &mut fields);
+    ledger::json::command_fields(command, &mut fields);
     // The receipt's `command` names the kind; the message's command object calls it `type`.
     fields.remove("command");
     fields.insert("type".into(), command.name().into());

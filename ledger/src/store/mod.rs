@@ -328,6 +328,16 @@ pub struct KeyInfo {
     pub conflicts: u32,
 }
 
+impl KeyInfo {
+    /// The key as its own tenant reads it (see [`crate::tenant`]).
+    pub fn seen_by_owner(&self) -> KeyInfo {
+        let mut info = self.clone();
+        info.command = self.command.seen_by(&self.client);
+        info.outcome = self.outcome.as_ref().map(|o| o.seen_by(&self.client));
+        info
+    }
+}
+
 /// A message the inbox refused to apply, kept with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quarantined {

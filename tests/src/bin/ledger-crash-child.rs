@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use ledger::{ClientId, SledConfig, SledStore, Submission, fact::json};
+use ledger::{ClientId, SledConfig, SledStore, Submission, json};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 fn main() {

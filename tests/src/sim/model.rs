@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ledger::fact::json;
+use ledger::json;
 use ledger::{
     Account, ClientId, Command, Currency, Fact, FactBody, Fingerprint, Key, MessageId, Outcome,
     Rejection,

@@ -841,7 +841,7 @@ impl World {
                 self.fail(format!(
                     "intent {intent}: another command under its key was answered with an \
                      outcome instead of idempotency_key_reused: {}",
-                    ledger::fact::json::outcome(o)
+                    ledger::json::outcome(o)
                 ));
             }
             (Body::Other, Ok(Submission::Reused)) => self.report.reused_refused += 1,

@@ -53,7 +53,8 @@ use crate::core::{self, AccountView, Inputs, Seen, WithdrawalView};
 use crate::domain::{
     Account, Amount, ClientId, Command, Currency, Fingerprint, Key, MessageId, Timestamp,
 };
-use crate::fact::{self, Fact, FactBody, Outcome};
+use crate::fact::{Fact, FactBody, Outcome};
+use crate::json;
 use crate::projection;
 use crate::store::{LedgerError, Submission, message_fingerprint};
 
@@ -848,7 +849,7 @@ impl PgStore {
                 let Some(id) = q.message.as_ref() else {
                     return Err(self.unexpected("a reused message id with no message".into()));
                 };
-                let payload = crate::fact::json::inbox_message(id, &q.client, &q.key, &q.command);
+                let payload = crate::json::inbox_message(id, &q.client, &q.key, &q.command);
                 work.quarantine.push((id.as_str().to_owned(), payload));
                 return Ok(Submission::Quarantined {
                     reason: MESSAGE_REUSED.into(),
@@ -1047,8 +1048,7 @@ impl PgStore {
             })
             .collect();
         let bodies: Vec<Vec<u8>> = facts.iter().map(|(f, ..)| f.encode()).collect();
-        let docs: Vec<serde_json::Value> =
-            facts.iter().map(|(f, ..)| fact::json::fact(f)).collect();
+        let docs: Vec<serde_json::Value> = facts.iter().map(|(f, ..)| json::fact(f)).collect();
         // Written as jsonb would print it (see `stored_response`).
         let responses: Vec<String> = facts.iter().map(|(_, o, _)| stored_response(o)).collect();
         let hashes: Vec<&[u8]> = facts.iter().map(|(.., fp)| &fp.0[..]).collect();
@@ -1159,7 +1159,7 @@ impl PgStore {
             _ => None,
         };
         let body = fact.encode();
-        let doc = fact::json::fact(fact);
+        let doc = json::fact(fact);
         let response = stored_response(outcome);
         let hash: &[u8] = &fp.0;
         let (name, currency, delta, exists, after) = match one.account {
@@ -1270,6 +1270,6 @@ impl<'a> One<'a> {
 /// it and printing it again to digest it.
 fn stored_response(outcome: &Outcome) -> String {
     let mut text = String::with_capacity(256);
-    fact::json::outcome_jsonb(outcome, &mut text);
+    json::outcome_jsonb(outcome, &mut text);
     text
 }

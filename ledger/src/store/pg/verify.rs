@@ -12,7 +12,8 @@ use super::counters::stats_from_counters;
 use super::db::{Result, get, pg_err};
 use super::state::PgStore;
 use crate::domain::{Account, Currency, Fingerprint};
-use crate::fact::{self, Fact};
+use crate::fact::Fact;
+use crate::json;
 use crate::projection::{Balances, Stats};
 use crate::store::LedgerError;
 use crate::store::verify::{self as checks, Report, VerifyReport};
@@ -909,12 +910,12 @@ fn check_key_row(row: Option<KeyRow<'_>>, fact: &Fact, keys: &mut KeyChecks) -> 
 
 /// The digest PostgreSQL keeps of a stored response (`response_digest`, schema version
 /// 12) if it is the answer `fact` gives: the first 16 bytes of SHA-256 over the text
-/// stored, which is the answer as PostgreSQL prints jsonb (`fact::json::answer_jsonb`).
+/// stored, which is the answer as PostgreSQL prints jsonb (`json::answer_jsonb`).
 /// A response is compared by 16 bytes instead of being read and parsed.
 fn response_digest(fact: &Fact, text: &mut String) -> [u8; 16] {
     use sha2::Digest as _;
     text.clear();
-    fact::json::answer_jsonb(fact, text);
+    json::answer_jsonb(fact, text);
     let full = sha2::Sha256::digest(text.as_bytes());
     let mut out = [0u8; 16];
     out.copy_from_slice(&full[..16]);

@@ -339,7 +339,7 @@ impl Decider {
         }
         let reason = "message_id_reused: this message id was delivered before with \
                       another payload";
-        let payload = crate::fact::json::inbox_message(message_id, client, key, command);
+        let payload = crate::json::inbox_message(message_id, client, key, command);
         self.quarantine(
             staged,
             now,

@@ -410,7 +410,8 @@ impl Rejection {
             Rejection::RefundExceedsWithdrawal => "The refunds would exceed the amount withdrawn.",
         }
     }
-    pub(crate) fn index(self) -> usize {
+    /// Its place in [`Rejection::ALL`], where the stores count it.
+    pub fn index(self) -> usize {
         self as usize
     }
 }

@@ -16,7 +16,6 @@
 
 use crate::domain::{Account, ClientId, Command};
 use crate::fact::{Fact, FactBody, Outcome};
-use crate::store::KeyInfo;
 
 /// Between a tenant's name and its account's name in a ledger-wide account name.
 pub const SEPARATOR: char = '/';
@@ -182,16 +181,6 @@ impl Fact {
             body,
             ..self.clone()
         }
-    }
-}
-
-impl KeyInfo {
-    /// The key as its own tenant reads it.
-    pub fn seen_by_owner(&self) -> KeyInfo {
-        let mut info = self.clone();
-        info.command = self.command.seen_by(&self.client);
-        info.outcome = self.outcome.as_ref().map(|o| o.seen_by(&self.client));
-        info
     }
 }
 

@@ -55,7 +55,7 @@ impl Limit {
 }
 
 /// A heap string's allocation: glibc and mimalloc both round small blocks up to 16 bytes.
-pub(crate) fn heap_str(len: usize) -> u64 {
+pub fn heap_str(len: usize) -> u64 {
     if len == 0 {
         0
     } else {
@@ -65,20 +65,20 @@ pub(crate) fn heap_str(len: usize) -> u64 {
 
 /// A hash map entry of `slot` bytes: hashbrown keeps one control byte per slot and
 /// leaves an eighth of its slots empty at most.
-pub(crate) fn slot(slot: usize) -> u64 {
+pub fn slot(slot: usize) -> u64 {
     (slot as u64 + 1) * 8 / 7
 }
 
 /// An entry of `slot` bytes owning `strings` heap strings of [`NAME_BYTES`], `n` times.
-pub(crate) fn at_limit(n: u64, slot_bytes: usize, strings: u64) -> u64 {
+pub fn at_limit(n: u64, slot_bytes: usize, strings: u64) -> u64 {
     n * (slot(slot_bytes) + strings * heap_str(NAME_BYTES))
 }
 
-pub(crate) fn key_heap(client: &ClientId, key: &Key) -> u64 {
+pub fn key_heap(client: &ClientId, key: &Key) -> u64 {
     heap_str(client.as_str().len()) + heap_str(key.as_str().len())
 }
 
-pub(crate) fn command_heap(command: &Command) -> u64 {
+pub fn command_heap(command: &Command) -> u64 {
     match command {
         Command::Deposit { account, .. } | Command::Withdraw { account, .. } => {
             heap_str(account.as_str().len())
@@ -87,7 +87,7 @@ pub(crate) fn command_heap(command: &Command) -> u64 {
     }
 }
 
-pub(crate) fn outcome_heap(outcome: &Outcome) -> u64 {
+pub fn outcome_heap(outcome: &Outcome) -> u64 {
     match outcome {
         Outcome::Applied(r) => {
             heap_str(r.key.as_str().len())
@@ -99,7 +99,7 @@ pub(crate) fn outcome_heap(outcome: &Outcome) -> u64 {
 }
 
 /// An empty tally of one structure, to be counted up.
-pub(crate) fn use_of(structure: &'static str, limit: Limit, bound_bytes: Option<u64>) -> MemoryUse {
+pub fn use_of(structure: &'static str, limit: Limit, bound_bytes: Option<u64>) -> MemoryUse {
     MemoryUse {
         structure,
         entries: 0,
@@ -111,12 +111,12 @@ pub(crate) fn use_of(structure: &'static str, limit: Limit, bound_bytes: Option<
 
 /// The balances every store keeps in memory: one entry per (account, currency), in
 /// B-trees whose nodes hold eleven entries and are about two thirds full.
-pub(crate) fn balances_use(balances: &Balances) -> MemoryUse {
+pub fn balances_use(balances: &Balances) -> MemoryUse {
     balances_use_of("balances", &balances.accounts)
 }
 
 /// The memory of a map of balances by account, named `structure`.
-pub(crate) fn balances_use_of<'a>(
+pub fn balances_use_of<'a>(
     structure: &'static str,
     accounts: impl IntoIterator<Item = (&'a Account, &'a BTreeMap<Currency, i128>)>,
 ) -> MemoryUse {
