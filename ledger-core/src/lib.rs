@@ -6,7 +6,7 @@
 //! module, so `ledger::fact::Fact` and `ledger_core::fact::Fact` are one type.
 //!
 //! The rule is Cargo's to check: this crate's dependencies include no storage, network,
-//! runtime or thread crate (`ledger/tests/architecture.rs` reads its manifest).
+//! runtime or thread crate (`ledger/tests/it/architecture.rs` reads its manifest).
 
 pub mod clock;
 pub mod core;

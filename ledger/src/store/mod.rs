@@ -1,6 +1,6 @@
 //! The store interface: what a worker needs from wherever the facts live, and the
 //! vocabulary it speaks (submissions, errors, keys, quarantine, metrics). Two
-//! implementations pass one conformance suite (`ledger/tests/conformance.rs`): the embedded
+//! implementations pass one conformance suite (`ledger/tests/it/conformance.rs`): the embedded
 //! [`sled::SledStore`] (the default: one process, one disk) and [`pg::PgStore`]
 //! (PostgreSQL: any number of workers on many hosts). Every guarantee of docs/contract.md
 //! is the store's to keep, inside its own commit; the worker above it only

@@ -47,7 +47,7 @@
 //! - A twin with another command while the first attempt is in flight in another process
 //!   is told `InProgress` (the uncommitted fingerprint is invisible); its retry is `Reused`.
 //!
-//! The files, top-down: each imports only files listed after it (`tests/architecture.rs`
+//! The files, top-down: each imports only files listed after it (`tests/it/architecture.rs`
 //! checks that no import circle forms among them). A command's route is `mod.rs`, then
 //! `command.rs`, then `group.rs`.
 //! - `mod.rs`: the facade: the `Store` impl and the public names.

@@ -20,7 +20,7 @@ use crate::projection::Observed;
 use crate::store::{CommitMetrics, LedgerError, OpenReport, Rules};
 
 /// The migrations, in order; version N is `MIGRATIONS[N - 1]`. `schema.sql` is the schema
-/// they build, in one file (`tests/pg_schema.rs` checks that the two agree).
+/// they build, in one file (`tests/it/pg_schema.rs` checks that the two agree).
 ///
 /// A database records the versions it applied by number and name (`schema_version`), with
 /// no checksum of their text: a version runs once, when its number is above the database's,

@@ -1,7 +1,7 @@
 -- Idem's schema on PostgreSQL, whole: every table, index and function the store uses, as
 -- the migrations in `migrations/` leave them, in one file to read. The store builds its
 -- schema by running those migrations in order at open (`open.rs`), recording each version
--- in `schema_version`, a table of its own that this file leaves out; `tests/pg_schema.rs`
+-- in `schema_version`, a table of its own that this file leaves out; `tests/it/pg_schema.rs`
 -- loads this file into one fresh database, migrates another, and checks that the two have
 -- the same tables, columns, constraints, indexes, sequences, domains and functions. A
 -- change to the schema is a new migration and the same change here.

@@ -3,7 +3,7 @@
 //! group to the journal with one write and one fdatasync, applies it to sled's memory, and
 //! only then answers. See ARCHITECTURE.md.
 //!
-//! The files, top-down: each imports only files listed after it (`tests/architecture.rs`
+//! The files, top-down: each imports only files listed after it (`tests/it/architecture.rs`
 //! checks that no import circle forms among them). A command's route is `mod.rs`, then
 //! `submit.rs`, then `committer.rs` (the decider's thread, or a leader) and `decider.rs`,
 //! and back in `committer.rs` the syncer, which appends the group to `journal.rs`.

@@ -9,7 +9,6 @@
 //! out. A file that names an item of another file of the folder depends on it; `mod x;`
 //! alone is no dependency. `folder_graph` takes any folder, so another store's can be held
 //! to the same rule with a test of two lines.
-#![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

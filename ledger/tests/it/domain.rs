@@ -2,7 +2,6 @@
 //! helper by the library's own scenario runner (`ledger::scenario`: a real ledger on sled
 //! with a hand-moved clock); the transcript of answers, balances and counters is an insta
 //! snapshot in the workspace's `snapshots/`.
-#![allow(clippy::unwrap_used)]
 
 use ledger::scenario::Scenario;
 
@@ -14,7 +13,7 @@ fn run(script: &str) -> String {
 
 fn check(name: &str, script: &str) {
     let transcript = run(script);
-    insta::with_settings!({snapshot_path => "../../snapshots", prepend_module_to_snapshot => false}, {
+    insta::with_settings!({snapshot_path => concat!(env!("CARGO_MANIFEST_DIR"), "/../snapshots"), prepend_module_to_snapshot => false}, {
         insta::assert_snapshot!(format!("ledger_{name}"), transcript);
     });
 }

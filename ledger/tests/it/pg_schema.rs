@@ -6,7 +6,6 @@
 //!
 //! PostgreSQL is found at `IDEM_TEST_PG_URL`, as for the conformance suite; without it the
 //! tests say SKIPPED, or fail when `IDEM_REQUIRE_SERVICES=1` (see `ledger::testing`).
-#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +15,10 @@ use ledger::testing::PgTestDb;
 use ledger::*;
 
 /// The schema as one file.
-const SCHEMA_SQL: &str = include_str!("../src/store/pg/schema.sql");
+const SCHEMA_SQL: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/src/store/pg/schema.sql"
+));
 /// The store's schema (`PgConfig`'s default), where both databases keep theirs.
 const SCHEMA: &str = "idem";
 

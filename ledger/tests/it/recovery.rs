@@ -3,41 +3,23 @@
 //! damaged files kept aside; with no log of record to rebuild from, the ledger refuses to
 //! start with a clear error naming what disagrees, and deletes nothing; for a tail torn by
 //! a crash, it opens to a consistent earlier state.
-#![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 
 use ledger::testing::{assert_nothing_removed, listing, wait_until_released};
 use ledger::*;
 
+use crate::support::{self, rub, submit_blocking, withdraw};
+
 /// Submits a deposit (or a withdrawal) of `amount` RUB on alice's account under `key`
 /// for the default client, and expects an answer.
 fn submit(l: &SledStore, key: &str, deposit: bool, amount: u64) {
-    let (account, currency) = (
-        Account::parse("alice").unwrap(),
-        Currency::parse("RUB").unwrap(),
-    );
-    let amount = Amount::new(amount).unwrap();
     let command = if deposit {
-        Command::Deposit {
-            account,
-            amount,
-            currency,
-        }
+        support::deposit("alice", amount, rub())
     } else {
-        Command::Withdraw {
-            account,
-            amount,
-            currency,
-        }
+        withdraw("alice", amount, rub())
     };
-    l.blocking()
-        .submit(
-            &ClientId::default_client(),
-            &Key::parse(key).unwrap(),
-            command,
-        )
-        .unwrap();
+    submit_blocking(l, key, command);
 }
 
 fn fill(path: &Path, n: u64) {

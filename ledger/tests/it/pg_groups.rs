@@ -5,7 +5,6 @@
 //!
 //! PostgreSQL is found at `IDEM_TEST_PG_URL`, as for the conformance suite; without it the
 //! tests say SKIPPED, or fail when `IDEM_REQUIRE_SERVICES=1` (see `ledger::testing`).
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,35 +12,7 @@ use std::time::Duration;
 use ledger::testing::PgTestDb;
 use ledger::*;
 
-fn client() -> ClientId {
-    ClientId::default_client()
-}
-fn key(s: &str) -> Key {
-    Key::parse(s).unwrap()
-}
-fn rub() -> Currency {
-    Currency::parse("RUB").unwrap()
-}
-fn deposit(a: &str, n: u64) -> Command {
-    Command::Deposit {
-        account: Account::parse(a).unwrap(),
-        amount: Amount::new(n).unwrap(),
-        currency: rub(),
-    }
-}
-fn withdraw(a: &str, n: u64) -> Command {
-    Command::Withdraw {
-        account: Account::parse(a).unwrap(),
-        amount: Amount::new(n).unwrap(),
-        currency: rub(),
-    }
-}
-fn refund(w: &str, n: u64) -> Command {
-    Command::Refund {
-        withdrawal: key(w),
-        amount: Amount::new(n).unwrap(),
-    }
-}
+use crate::support::*;
 
 /// A fresh database and a store on it with one lane, so every command meets in it.
 async fn one_lane(test: &str) -> Option<(PgTestDb, Arc<dyn Store>, tokio_postgres::Client)> {
@@ -115,13 +86,6 @@ async fn until_pending(store: &Arc<dyn Store>, n: usize) {
     panic!("{} in flight, expected {n}", store.pending().len());
 }
 
-fn outcome(s: Submission) -> Outcome {
-    match s {
-        Submission::Executed(o) => o,
-        other => panic!("expected Executed, got {other:?}"),
-    }
-}
-
 async fn balance(store: &Arc<dyn Store>, a: &str) -> Option<i128> {
     store
         .account(&Account::parse(a).unwrap())
@@ -139,27 +103,31 @@ async fn a_group_decides_in_arrival_order_and_a_rejection_rejects_only_its_comma
     let Some((db, store, session)) = one_lane(test).await else {
         return;
     };
-    outcome(
+    executed(
         store
-            .submit(&client(), &key("d-0"), deposit("alice", 1_000), None)
+            .submit(&client(), &key("d-0"), deposit("alice", 1_000, rub()), None)
             .await
             .unwrap(),
     );
     hold(&session, "alice").await;
-    let first = spawn(&store, "d-1", deposit("alice", 1));
+    let first = spawn(&store, "d-1", deposit("alice", 1, rub()));
     until_the_group_waits(&db.url).await;
     let mut withdrawals = Vec::new();
     for i in 0..20 {
-        withdrawals.push(spawn(&store, &format!("w-{i}"), withdraw("alice", 100)));
+        withdrawals.push(spawn(
+            &store,
+            &format!("w-{i}"),
+            withdraw("alice", 100, rub()),
+        ));
         until_pending(&store, i + 2).await;
     }
     let before = store.commit_metrics();
     session.batch_execute("COMMIT").await.unwrap();
-    outcome(first.await.unwrap().unwrap());
+    executed(first.await.unwrap().unwrap());
     let mut balances = Vec::new();
     let mut rejected = 0;
     for w in withdrawals {
-        match outcome(w.await.unwrap().unwrap()) {
+        match executed(w.await.unwrap().unwrap()) {
             Outcome::Applied(r) => balances.push(r.balance),
             Outcome::Rejected(r) => {
                 assert_eq!(r.rejection, Rejection::InsufficientFunds);
@@ -191,26 +159,26 @@ async fn a_refund_reads_a_withdrawal_decided_earlier_in_its_group() {
     let Some((db, store, session)) = one_lane(test).await else {
         return;
     };
-    outcome(
+    executed(
         store
-            .submit(&client(), &key("d-0"), deposit("alice", 500), None)
+            .submit(&client(), &key("d-0"), deposit("alice", 500, rub()), None)
             .await
             .unwrap(),
     );
     hold(&session, "alice").await;
-    let first = spawn(&store, "d-1", deposit("alice", 1));
+    let first = spawn(&store, "d-1", deposit("alice", 1, rub()));
     until_the_group_waits(&db.url).await;
-    let w = spawn(&store, "w-1", withdraw("alice", 100));
+    let w = spawn(&store, "w-1", withdraw("alice", 100, rub()));
     until_pending(&store, 2).await;
     let r1 = spawn(&store, "r-1", refund("w-1", 60));
     until_pending(&store, 3).await;
     let r2 = spawn(&store, "r-2", refund("w-1", 60));
     until_pending(&store, 4).await;
     session.batch_execute("COMMIT").await.unwrap();
-    outcome(first.await.unwrap().unwrap());
-    let w = outcome(w.await.unwrap().unwrap());
-    let r1 = outcome(r1.await.unwrap().unwrap());
-    let r2 = outcome(r2.await.unwrap().unwrap());
+    executed(first.await.unwrap().unwrap());
+    let w = executed(w.await.unwrap().unwrap());
+    let r1 = executed(r1.await.unwrap().unwrap());
+    let r2 = executed(r2.await.unwrap().unwrap());
     match (&w, &r1, &r2) {
         (Outcome::Applied(w), Outcome::Applied(r1), Outcome::Rejected(r2)) => {
             assert_eq!(w.balance, 401);
@@ -220,7 +188,7 @@ async fn a_refund_reads_a_withdrawal_decided_earlier_in_its_group() {
         other => panic!("{other:?}"),
     }
     for (k, command, first) in [
-        ("w-1", withdraw("alice", 100), w),
+        ("w-1", withdraw("alice", 100, rub()), w),
         ("r-1", refund("w-1", 60), r1),
         ("r-2", refund("w-1", 60), r2),
     ] {
@@ -248,19 +216,19 @@ async fn a_command_that_fails_its_group_is_split_out_and_the_others_commit() {
     let Some((db, store, session)) = one_lane(test).await else {
         return;
     };
-    outcome(
+    executed(
         store
-            .submit(&client(), &key("d-0"), deposit("alice", 500), None)
+            .submit(&client(), &key("d-0"), deposit("alice", 500, rub()), None)
             .await
             .unwrap(),
     );
-    outcome(
+    executed(
         store
-            .submit(&client(), &key("w-1"), withdraw("alice", 100), None)
+            .submit(&client(), &key("w-1"), withdraw("alice", 100, rub()), None)
             .await
             .unwrap(),
     );
-    outcome(
+    executed(
         store
             .submit(&client(), &key("r-1"), refund("w-1", 30), None)
             .await
@@ -271,27 +239,27 @@ async fn a_command_that_fails_its_group_is_split_out_and_the_others_commit() {
         .await
         .unwrap();
     hold(&session, "alice").await;
-    let first = spawn(&store, "d-1", deposit("alice", 1));
+    let first = spawn(&store, "d-1", deposit("alice", 1, rub()));
     until_the_group_waits(&db.url).await;
     let mut deposits = Vec::new();
     for i in 0..3 {
-        deposits.push(spawn(&store, &format!("b-{i}"), deposit("bob", 10)));
+        deposits.push(spawn(&store, &format!("b-{i}"), deposit("bob", 10, rub())));
         until_pending(&store, i + 2).await;
     }
     let bad = spawn(&store, "r-2", refund("w-1", 30));
     until_pending(&store, 5).await;
     for i in 3..6 {
-        deposits.push(spawn(&store, &format!("b-{i}"), deposit("bob", 10)));
+        deposits.push(spawn(&store, &format!("b-{i}"), deposit("bob", 10, rub())));
         until_pending(&store, i + 3).await;
     }
     session.batch_execute("COMMIT").await.unwrap();
-    outcome(first.await.unwrap().unwrap());
+    executed(first.await.unwrap().unwrap());
     match bad.await.unwrap() {
         Err(LedgerError::Unavailable(why)) => assert!(why.contains("refunded total"), "{why}"),
         other => panic!("expected the refund's disagreement, got {other:?}"),
     }
     for d in deposits {
-        outcome(d.await.unwrap().unwrap());
+        executed(d.await.unwrap().unwrap());
     }
     assert_eq!(balance(&store, "bob").await, Some(60));
     assert!(store.key(&client(), &key("r-2")).await.unwrap().is_none());
@@ -310,12 +278,12 @@ async fn a_group_that_fails_under_the_next_claim_lets_that_claim_go() {
         return;
     };
     for (k, command) in [
-        ("d-0", deposit("alice", 500)),
-        ("w-1", withdraw("alice", 100)),
+        ("d-0", deposit("alice", 500, rub())),
+        ("w-1", withdraw("alice", 100, rub())),
         ("r-1", refund("w-1", 30)),
-        ("b-0", deposit("bob", 10)),
+        ("b-0", deposit("bob", 10, rub())),
     ] {
-        outcome(
+        executed(
             store
                 .submit(&client(), &key(k), command, None)
                 .await
@@ -334,24 +302,24 @@ async fn a_group_that_fails_under_the_next_claim_lets_that_claim_go() {
     hold(&bobs, "bob").await;
     // Group A, alone on its own task (the lane was idle), waits on alice; group B (the
     // bad refund, two deposits to bob) queues.
-    let first = spawn(&store, "d-1", deposit("alice", 1));
+    let first = spawn(&store, "d-1", deposit("alice", 1, rub()));
     until_the_group_waits(&db.url).await;
     let bad = spawn(&store, "r-2", refund("w-1", 30));
     until_pending(&store, 2).await;
     let mut deposits = Vec::new();
     for i in 1..3 {
-        deposits.push(spawn(&store, &format!("b-{i}"), deposit("bob", 10)));
+        deposits.push(spawn(&store, &format!("b-{i}"), deposit("bob", 10, rub())));
         until_pending(&store, i + 2).await;
     }
     let before = store.commit_metrics();
     // A commits; the lane gathers B, whose claim waits on bob.
     session.batch_execute("COMMIT").await.unwrap();
-    outcome(first.await.unwrap().unwrap());
+    executed(first.await.unwrap().unwrap());
     assert_eq!(store.commit_metrics().pipelined, before.pipelined);
     until_the_group_waits(&db.url).await;
     // Group C queues; once bob is free, B is decided and its apply fails with C's
     // claim sent behind it.
-    let late = spawn(&store, "c-1", deposit("carol", 5));
+    let late = spawn(&store, "c-1", deposit("carol", 5, rub()));
     until_pending(&store, 4).await;
     bobs.batch_execute("COMMIT").await.unwrap();
     match bad.await.unwrap() {
@@ -359,9 +327,9 @@ async fn a_group_that_fails_under_the_next_claim_lets_that_claim_go() {
         other => panic!("expected the refund's disagreement, got {other:?}"),
     }
     for d in deposits {
-        outcome(d.await.unwrap().unwrap());
+        executed(d.await.unwrap().unwrap());
     }
-    outcome(late.await.unwrap().unwrap());
+    executed(late.await.unwrap().unwrap());
     assert_eq!(balance(&store, "bob").await, Some(30));
     assert_eq!(balance(&store, "carol").await, Some(5));
     assert!(store.key(&client(), &key("r-2")).await.unwrap().is_none());
@@ -381,12 +349,12 @@ async fn one_command_at_a_time_makes_groups_of_one() {
         return;
     };
     for i in 0..20 {
-        outcome(
+        executed(
             store
                 .submit(
                     &client(),
                     &key(&format!("d-{i}")),
-                    deposit("alice", 1),
+                    deposit("alice", 1, rub()),
                     None,
                 )
                 .await

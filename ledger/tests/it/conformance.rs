@@ -5,7 +5,6 @@
 //! PostgreSQL is found at `IDEM_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/
 //! postgres`). When it is not reachable the PostgreSQL tests say SKIPPED on stderr, or fail
 //! when `IDEM_REQUIRE_SERVICES=1` (see `ledger::testing`).
-#![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -13,6 +12,8 @@ use std::time::Duration;
 
 use ledger::testing::PgTestDb;
 use ledger::*;
+
+use crate::support::*;
 
 const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const HOUR_MS: i64 = 3_600_000;
@@ -193,67 +194,9 @@ conformance!(
 
 // ---- helpers --------------------------------------------------------------------------
 
-fn client() -> ClientId {
-    ClientId::default_client()
-}
-fn key(s: &str) -> Key {
-    Key::parse(s).unwrap()
-}
-fn acct(s: &str) -> Account {
-    Account::parse(s).unwrap()
-}
-fn rub() -> Currency {
-    Currency::parse("RUB").unwrap()
-}
-fn usd() -> Currency {
-    Currency::parse("USD").unwrap()
-}
-fn deposit(a: &str, n: u64, c: Currency) -> Command {
-    Command::Deposit {
-        account: acct(a),
-        amount: Amount::new(n).unwrap(),
-        currency: c,
-    }
-}
-fn withdraw(a: &str, n: u64, c: Currency) -> Command {
-    Command::Withdraw {
-        account: acct(a),
-        amount: Amount::new(n).unwrap(),
-        currency: c,
-    }
-}
-fn refund(w: &str, n: u64) -> Command {
-    Command::Refund {
-        withdrawal: key(w),
-        amount: Amount::new(n).unwrap(),
-    }
-}
-
-async fn submit(store: &Arc<dyn Store>, k: &str, command: Command) -> Submission {
-    store
-        .submit(&client(), &key(k), command, None)
-        .await
-        .unwrap()
-}
-
-async fn deliver(store: &Arc<dyn Store>, m: &str, k: &str, command: Command) -> Submission {
-    let id = MessageId::parse(m).unwrap();
-    store
-        .submit(&client(), &key(k), command, Some(id))
-        .await
-        .unwrap()
-}
-
 /// The bytes a client gets for an outcome.
 fn body(o: &Outcome) -> String {
     serde_json::to_string(&json::outcome(o)).unwrap()
-}
-
-fn executed(s: Submission) -> Outcome {
-    match s {
-        Submission::Executed(o) => o,
-        other => panic!("expected Executed, got {other:?}"),
-    }
 }
 
 fn replayed(s: Submission) -> Outcome {
@@ -1290,18 +1233,54 @@ mod postgres_only {
 
     /// Versions 1 to 12, which a scratch schema runs to make the functions version 12 left.
     const V1_TO_V12: [&str; 12] = [
-        include_str!("../src/store/pg/migrations/v1.sql"),
-        include_str!("../src/store/pg/migrations/v2.sql"),
-        include_str!("../src/store/pg/migrations/v3.sql"),
-        include_str!("../src/store/pg/migrations/v4.sql"),
-        include_str!("../src/store/pg/migrations/v5.sql"),
-        include_str!("../src/store/pg/migrations/v6.sql"),
-        include_str!("../src/store/pg/migrations/v7.sql"),
-        include_str!("../src/store/pg/migrations/v8.sql"),
-        include_str!("../src/store/pg/migrations/v9.sql"),
-        include_str!("../src/store/pg/migrations/v10.sql"),
-        include_str!("../src/store/pg/migrations/v11.sql"),
-        include_str!("../src/store/pg/migrations/v12.sql"),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v1.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v2.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v3.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v4.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v5.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v6.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v7.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v8.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v9.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v10.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v11.sql"
+        )),
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/store/pg/migrations/v12.sql"
+        )),
     ];
 
     /// The functions version 13 makes (by their role, and the previous build's names
@@ -1398,7 +1377,10 @@ mod postgres_only {
                  {UNDO_V12} \
                  DELETE FROM idem.schema_version WHERE version >= 10",
                 undo_v13(),
-                include_str!("../src/store/pg/migrations/v9.sql")
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/src/store/pg/migrations/v9.sql"
+                ))
             ))
             .await
             .unwrap();

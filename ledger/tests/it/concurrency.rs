@@ -1,9 +1,10 @@
 //! Races on a real ledger: many threads, one key; many threads, one account.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::{Arc, Barrier};
 
 use ledger::*;
+
+use crate::support::*;
 
 /// A fresh ledger where alice holds 1,000 RUB.
 fn open_with_alice() -> (tempfile::TempDir, SledStore, ClientId, Account) {
@@ -11,20 +12,11 @@ fn open_with_alice() -> (tempfile::TempDir, SledStore, ClientId, Account) {
     let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     let client = ClientId::default_client();
     let alice = Account::parse("alice").unwrap();
-    let deposit = Command::Deposit {
-        account: alice.clone(),
-        amount: Amount::new(1_000).unwrap(),
-        currency: rub(),
-    };
     ledger
         .blocking()
-        .submit(&client, &Key::parse("d").unwrap(), deposit)
+        .submit(&client, &key("d"), deposit("alice", 1_000, rub()))
         .unwrap();
     (dir, ledger, client, alice)
-}
-
-fn rub() -> Currency {
-    Currency::parse("RUB").unwrap()
 }
 
 #[test]
@@ -129,32 +121,20 @@ fn thirty_two_threads_racing_withdrawals_never_overdraw() {
     assert!(report.ok(), "{report}");
 }
 
-fn deposit(units: u64) -> Command {
-    Command::Deposit {
-        account: Account::parse("alice").unwrap(),
-        amount: Amount::new(units).unwrap(),
-        currency: rub(),
-    }
-}
-
-/// A ledger whose key `k1` of client `shop` is done with `deposit(100)`.
+/// A ledger whose key `k1` of client `shop` is done with a deposit of 100 RUB to alice.
 fn done_k1() -> (tempfile::TempDir, SledStore, ClientId, Outcome) {
     let dir = tempfile::tempdir().unwrap();
     let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     let client = ClientId::parse("shop").unwrap();
     let first = match ledger
         .blocking()
-        .submit(&client, &k("k1"), deposit(100))
+        .submit(&client, &key("k1"), deposit("alice", 100, rub()))
         .unwrap()
     {
         Submission::Executed(o) => o,
         other => panic!("the first submission did not execute: {other:?}"),
     };
     (dir, ledger, client, first)
-}
-
-fn k(s: &str) -> Key {
-    Key::parse(s).unwrap()
 }
 
 type Later = std::sync::mpsc::Receiver<Result<Submission, LedgerError>>;
@@ -171,7 +151,7 @@ fn submit_later(
     let (tx, rx) = std::sync::mpsc::channel();
     ledger.submit_with(
         client,
-        &k(key),
+        &Key::parse(key).unwrap(),
         command,
         message.map(|m| MessageId::parse(m).unwrap()),
         Box::new(move |r| {
@@ -202,10 +182,16 @@ fn regression_a_claim_by_another_command_does_not_refuse_a_true_retry() {
     let (_dir, ledger, client, first) = done_k1();
     // Hold the committer so that the message's claim stays live.
     let pause = ledger.pause();
-    let message = deliver_later(&ledger, &client, "k1", deposit(101), "msg-1");
+    let message = deliver_later(
+        &ledger,
+        &client,
+        "k1",
+        deposit("alice", 101, rub()),
+        "msg-1",
+    );
     let retry = ledger
         .blocking()
-        .submit(&client, &k("k1"), deposit(100))
+        .submit(&client, &key("k1"), deposit("alice", 100, rub()))
         .unwrap();
     drop(pause);
     let message = message.recv().unwrap();
@@ -227,14 +213,26 @@ fn regression_a_reused_message_id_under_a_foreign_claim_is_not_replayed() {
         .deliver(
             &MessageId::parse("m-old").unwrap(),
             &client,
-            &k("k0"),
-            deposit(7),
+            &key("k0"),
+            deposit("alice", 7, rub()),
         )
         .unwrap();
     assert!(matches!(used, Submission::Executed(_)), "{used:?}");
     let pause = ledger.pause();
-    let other = deliver_later(&ledger, &client, "k1", deposit(101), "m-other");
-    let reused = deliver_later(&ledger, &client, "k1", deposit(100), "m-old");
+    let other = deliver_later(
+        &ledger,
+        &client,
+        "k1",
+        deposit("alice", 101, rub()),
+        "m-other",
+    );
+    let reused = deliver_later(
+        &ledger,
+        &client,
+        "k1",
+        deposit("alice", 100, rub()),
+        "m-old",
+    );
     drop(pause);
     assert!(matches!(other.recv().unwrap(), Ok(Submission::Reused)));
     let reused = reused.recv().unwrap();
@@ -254,8 +252,20 @@ fn regression_a_reused_message_id_under_a_foreign_claim_is_not_replayed() {
 fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
     let (_dir, ledger, client, first) = done_k1();
     let pause = ledger.pause();
-    let other = deliver_later(&ledger, &client, "k1", deposit(101), "m-other");
-    let fresh = deliver_later(&ledger, &client, "k1", deposit(100), "m-new");
+    let other = deliver_later(
+        &ledger,
+        &client,
+        "k1",
+        deposit("alice", 101, rub()),
+        "m-other",
+    );
+    let fresh = deliver_later(
+        &ledger,
+        &client,
+        "k1",
+        deposit("alice", 100, rub()),
+        "m-new",
+    );
     drop(pause);
     assert!(matches!(other.recv().unwrap(), Ok(Submission::Reused)));
     match fresh.recv().unwrap() {
@@ -266,8 +276,8 @@ fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
                 .deliver(
                     &MessageId::parse("m-new").unwrap(),
                     &client,
-                    &k("k1"),
-                    deposit(100),
+                    &key("k1"),
+                    deposit("alice", 100, rub()),
                 )
                 .unwrap();
             assert_eq!(again, Submission::Replayed(first));
@@ -281,8 +291,8 @@ fn regression_a_message_answered_under_a_foreign_claim_is_recorded() {
         .deliver(
             &MessageId::parse("m-new").unwrap(),
             &client,
-            &k("k2"),
-            deposit(5),
+            &key("k2"),
+            deposit("alice", 5, rub()),
         )
         .unwrap();
     assert!(
@@ -303,14 +313,14 @@ fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
     let (ledger, _) = SledStore::open(SledConfig::new(dir.path().join("l"))).unwrap();
     // Hold the committer so that the first replay's claim stays live.
     let pause = ledger.pause();
-    let on_its_way = submit_later(&ledger, &client, "k1", deposit(100), None);
+    let on_its_way = submit_later(&ledger, &client, "k1", deposit("alice", 100, rub()), None);
     let twin = ledger
         .blocking()
-        .submit(&client, &k("k1"), deposit(100))
+        .submit(&client, &key("k1"), deposit("alice", 100, rub()))
         .unwrap();
     let other = ledger
         .blocking()
-        .submit(&client, &k("k1"), deposit(101))
+        .submit(&client, &key("k1"), deposit("alice", 101, rub()))
         .unwrap();
     drop(pause);
     assert_eq!(twin, Submission::Replayed(first.clone()), "the twin");
@@ -319,10 +329,10 @@ fn regression_a_twin_of_a_replay_on_its_way_is_replayed_not_told_in_progress() {
     assert_eq!(on_its_way, Submission::Replayed(first), "the first replay");
     // A twin of a key that is really in flight is still told so.
     let pause = ledger.pause();
-    let new_key = submit_later(&ledger, &client, "k2", deposit(5), None);
+    let new_key = submit_later(&ledger, &client, "k2", deposit("alice", 5, rub()), None);
     let twin = ledger
         .blocking()
-        .submit(&client, &k("k2"), deposit(5))
+        .submit(&client, &key("k2"), deposit("alice", 5, rub()))
         .unwrap();
     drop(pause);
     assert!(matches!(twin, Submission::InProgress { .. }), "{twin:?}");

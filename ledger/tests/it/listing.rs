@@ -1,19 +1,12 @@
 //! Paging through keys: a filter that matches little never makes one call scan everything,
 //! and following `next` visits every key exactly once.
-#![allow(clippy::unwrap_used)]
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use ledger::*;
 
-fn deposit(n: u32) -> Command {
-    Command::Deposit {
-        account: Account::parse(&format!("acct{}", n % 50)).unwrap(),
-        amount: Amount::new(10).unwrap(),
-        currency: Currency::parse("RUB").unwrap(),
-    }
-}
+use crate::support::*;
 
 fn submit_many(ledger: &SledStore, keys: Vec<String>) {
     let keys = Arc::new(keys);
@@ -28,7 +21,7 @@ fn submit_many(ledger: &SledStore, keys: Vec<String>) {
                         .submit(
                             &client,
                             &Key::parse(k).unwrap(),
-                            deposit(u32::try_from(i).unwrap()),
+                            deposit(&format!("acct{}", i % 50), 10, rub()),
                         )
                         .unwrap();
                     assert!(matches!(s, Submission::Executed(_)));

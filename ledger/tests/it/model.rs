@@ -3,7 +3,6 @@
 //! sharing one database, the steps alternating between them) and against a plain
 //! in-memory reference model written independently of the core. After every step they
 //! must agree and `verify` must pass.
-#![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -12,6 +11,8 @@ use std::time::Duration;
 use ledger::testing::PgTestDb;
 use ledger::*;
 use proptest::prelude::*;
+
+use crate::support::{deposit, refund, withdraw};
 
 const HOUR_MS: i64 = 3_600_000;
 const RETENTION_H: i64 = 24;
@@ -214,24 +215,12 @@ impl Model {
 }
 
 fn command_of(kind: u8, account: u8, amount: u64, currency: u8, withdrawal: u8) -> Command {
-    let account = Account::parse(["alice", "bob", "carol"][usize::from(account)]).unwrap();
+    let account = ["alice", "bob", "carol"][usize::from(account)];
     let currency = Currency::parse(["RUB", "USD"][usize::from(currency)]).unwrap();
-    let amount = Amount::new(amount).unwrap();
     match kind {
-        0 => Command::Deposit {
-            account,
-            amount,
-            currency,
-        },
-        1 => Command::Withdraw {
-            account,
-            amount,
-            currency,
-        },
-        _ => Command::Refund {
-            withdrawal: Key::parse(&format!("k{withdrawal}")).unwrap(),
-            amount,
-        },
+        0 => deposit(account, amount, currency),
+        1 => withdraw(account, amount, currency),
+        _ => refund(&format!("k{withdrawal}"), amount),
     }
 }
 
