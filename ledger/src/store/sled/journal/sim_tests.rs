@@ -507,3 +507,126 @@ fn segments_deleted_after_a_base_then_a_power_cut_never_lose_a_group_after_it() 
     }
     assert!(dropped > SEEDS / 4, "only {dropped} runs deleted a segment");
 }
+
+/// `count` groups of one put of 200 bytes each: about sixteen to a segment of 4 KiB.
+fn even_groups(count: u64) -> Vec<Group> {
+    (1..=count)
+        .map(|number| {
+            let mut group = Group::new(number, number..number + 1);
+            group.put(number.to_be_bytes().to_vec(), vec![7u8; 200]);
+            group
+        })
+        .collect()
+}
+
+fn no_spare() -> JournalOptions {
+    JournalOptions {
+        segment_size: 4096,
+        sync: SyncMode::Fdatasync,
+        preallocate: Preallocate::Zeros,
+        prepare_ahead: false,
+    }
+}
+
+/// The bases in the journal's folder, by group.
+fn bases(fs: &SimFs) -> Vec<u64> {
+    list_bases_with(fs, dir())
+        .expect("listing the bases")
+        .into_iter()
+        .map(|(group, _, _)| group)
+        .collect()
+}
+
+#[test]
+fn a_checkpoint_deletes_the_older_bases_and_its_deletions_survive_a_power_cut() {
+    let fs = disk();
+    let opts = no_spare();
+    let groups = even_groups(60);
+    let (mut journal, _) = open(&fs, &opts, 0);
+    for g in &groups {
+        journal.append(g).expect("appending");
+    }
+    assert!(journal.fs().files() == fs.files(), "another file system");
+    let firsts: Vec<u64> = list_segments(&fs, dir())
+        .expect("listing")
+        .iter()
+        .map(|s| s.first_group)
+        .collect();
+    assert!(firsts.len() >= 3 && firsts[2] > firsts[1] + 2, "{firsts:?}");
+    let base = |group: u64| {
+        let mut records = base_records(group).into_iter().map(Ok);
+        write_base_with(&fs, dir(), group, &mut records).expect("writing a base");
+    };
+    // Everything so far is durable: a power cut that keeps nothing unsynced loses nothing.
+    let durable = |what: &str| {
+        assert!(
+            fs.crash(|_| 0).files() == fs.files(),
+            "{what}: a power cut undoes part of it"
+        );
+    };
+    durable("the appends");
+
+    // Segments deleted, no older base: the first segment goes, for good.
+    base(firsts[1]);
+    assert_eq!(journal.drop_through(firsts[1]).expect("a checkpoint"), 1);
+    assert_eq!(
+        list_segments(&fs, dir()).expect("listing")[0].first_group,
+        firsts[1]
+    );
+    durable("deleting a segment");
+
+    // An older base removed, no segment deleted: only the newest base stays, for good.
+    base(firsts[1] + 1);
+    assert_eq!(
+        journal.drop_through(firsts[1] + 1).expect("a checkpoint"),
+        0
+    );
+    assert_eq!(bases(&fs), [firsts[1] + 1]);
+    durable("removing a base");
+
+    // Nothing to delete: not a call made.
+    let before = fs.ops();
+    assert_eq!(
+        journal.drop_through(firsts[1] + 1).expect("a checkpoint"),
+        0
+    );
+    assert_eq!(
+        fs.ops(),
+        before,
+        "calls made by a checkpoint that deletes nothing"
+    );
+
+    // Two older bases go at once; the checkpoint's own stays.
+    base(firsts[1] + 2);
+    base(firsts[1] + 3);
+    journal.drop_through(firsts[1] + 3).expect("a checkpoint");
+    assert_eq!(bases(&fs), [firsts[1] + 3]);
+    durable("removing two bases");
+}
+
+#[test]
+fn a_spare_made_inline_is_not_made_again_while_one_is_ready() {
+    let mut big = Group::new(2, 0..0);
+    big.put(b"big".to_vec(), vec![1u8; 6000]);
+    let mut small = Group::new(1, 0..0);
+    small.put(b"small".to_vec(), b"1".to_vec());
+    // The calls of an append that makes a segment of its own for a large group.
+    let calls_of_big = |prepare_ahead: bool| {
+        let fs = disk();
+        let opts = JournalOptions {
+            prepare_ahead,
+            ..no_spare()
+        };
+        let (mut journal, _) = open(&fs, &opts, 0);
+        journal.append(&small).expect("appending");
+        if prepare_ahead {
+            let spare = journal.spare.as_ref().expect("a spare");
+            assert!(spare.ready.load(Ordering::Acquire), "no spare ready");
+        }
+        let before = fs.ops();
+        journal.append(&big).expect("appending");
+        fs.ops() - before
+    };
+    // With a spare ready, asking for one again makes nothing more.
+    assert_eq!(calls_of_big(true), calls_of_big(false));
+}

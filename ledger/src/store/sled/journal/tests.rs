@@ -245,6 +245,37 @@ fn a_payload_that_does_not_decode_is_an_error_not_a_panic_or_a_huge_allocation()
     }
 }
 
+#[test]
+fn varints_round_trip_up_to_the_largest_u64() {
+    for v in [
+        0,
+        1,
+        127,
+        128,
+        16_383,
+        16_384,
+        1 << 56,
+        (1 << 63) - 1,
+        1 << 63,
+        u64::MAX,
+    ] {
+        let mut out = Vec::new();
+        put_varint(&mut out, v);
+        let mut input = out.as_slice();
+        assert_eq!(take_varint(&mut input), Ok(v), "{v}: {out:?}");
+        assert!(input.is_empty(), "{v}: bytes left");
+    }
+}
+
+#[test]
+fn a_count_of_operations_more_than_half_the_payload_is_refused_before_decoding() {
+    // Three operations claimed in three bytes: each takes at least two.
+    match decode_ops(&[3, 1, 1, b'k']) {
+        Err(e) => assert!(e.contains("3 operations cannot fit in 3 bytes"), "{e}"),
+        Ok(ops) => panic!("decoded to {ops:?}"),
+    }
+}
+
 // ---- round trips -------------------------------------------------------------------------
 
 #[test]
@@ -960,6 +991,70 @@ fn the_segment_made_ahead_is_renamed_into_place_and_a_leftover_one_removed() {
     }
 }
 
+#[test]
+fn a_leftover_spare_that_cannot_be_removed_refuses_the_open() {
+    let (opts, _, dir, _) = filled(19, 5);
+    // Not a file: a folder with something in it, which no removal of a file takes away.
+    let stuck = dir.path().join(SPARE_READY);
+    if stuck.exists() {
+        std::fs::remove_file(&stuck).expect("removing the spare left ready");
+    }
+    std::fs::create_dir(&stuck).expect("making a folder");
+    std::fs::write(stuck.join("inside"), b"x").expect("writing");
+    match Journal::open(dir.path(), opts, 0) {
+        Err(JournalError::Io { context, .. }) => {
+            assert!(context.contains(SPARE_READY), "{context}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok((_, r)) => panic!(
+            "opened to {} groups over a spare it could not remove",
+            r.groups.len()
+        ),
+    }
+}
+
+#[test]
+fn a_torn_tail_says_whether_its_header_or_its_payload_was_cut_short() {
+    let opts = JournalOptions {
+        prepare_ahead: false,
+        ..options(4096, SyncMode::Fdatasync, Preallocate::Grow)
+    };
+    let gs = groups(20, 3, 1, 3, 50);
+    let dir = TempDir::new().expect("a temporary folder");
+    let (mut journal, _) = open(dir.path(), &opts, 0);
+    append_all(&mut journal, &gs);
+    drop(journal);
+    let last = layout(dir.path(), &gs).swap_remove(2);
+    // A growing segment ends where its last record does: cut into that record's header,
+    // or just after it (a whole record is longer than its header).
+    for (cut, reason) in [
+        (
+            HEADER_LEN - 1,
+            "a record header cut short by the end of the segment",
+        ),
+        (
+            HEADER_LEN,
+            "a record longer than what is left of the segment",
+        ),
+        (
+            HEADER_LEN + 1,
+            "a record longer than what is left of the segment",
+        ),
+    ] {
+        let copy = copy_dir(dir.path());
+        let segment = copy.path().join(last.segment.file_name().expect("a name"));
+        cut_file(&segment, last.start + cut as u64);
+        let (_, recovery) = open(copy.path(), &opts, 0);
+        assert_eq!(recovery.groups, &gs[..2], "cut {cut} bytes in");
+        let truncated = recovery.truncated.expect("a cut");
+        assert_eq!(
+            (truncated.offset, truncated.reason),
+            (last.start, reason),
+            "cut {cut} bytes in"
+        );
+    }
+}
+
 // ---- replay --------------------------------------------------------------------------------
 
 #[test]
@@ -1029,6 +1124,294 @@ fn replaying_groups_into_sled_twice_leaves_what_replaying_once_does() {
         })
         .collect();
     assert_eq!(got, model);
+}
+
+// ---- the journal's own accounting ------------------------------------------------------------
+
+#[test]
+fn bytes_through_is_what_drop_through_then_deletes_and_next_group_follows_the_appends() {
+    let (opts, gs, dir, firsts) = filled(16, 50);
+    assert!(firsts.len() >= 4, "{} segments", firsts.len());
+    let last = gs.len() as u64;
+    let mut checkpoints = vec![0, 1, last - 1, last];
+    for &f in &firsts[1..] {
+        checkpoints.extend([f - 2, f - 1, f]);
+    }
+    let mut deleted_any = false;
+    for checkpoint in checkpoints {
+        let what = format!("checkpoint {checkpoint}");
+        let copy = copy_dir(dir.path());
+        let (mut journal, recovery) = open(copy.path(), &opts, checkpoint);
+        assert_eq!(journal.next_group(), recovery.next_group, "{what}");
+        assert_eq!(journal.next_group(), last + 1, "{what}");
+        let before = journal.stats().bytes;
+        let through = journal.bytes_through(checkpoint);
+        journal
+            .drop_through(checkpoint)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(through, before - journal.stats().bytes, "{what}");
+        assert_eq!(journal.bytes_through(checkpoint), 0, "{what}: after");
+        deleted_any |= through > 0;
+    }
+    assert!(deleted_any);
+    // A fresh journal: the next group is 1, then one more after each append.
+    let empty = TempDir::new().expect("a temporary folder");
+    let (mut journal, _) = open(empty.path(), &opts, 0);
+    assert_eq!(journal.next_group(), 1);
+    for g in &gs[..3] {
+        journal.append(g).expect("appending");
+        assert_eq!(journal.next_group(), g.number + 1);
+    }
+}
+
+#[test]
+fn a_segment_named_for_group_zero_is_not_taken_for_one() {
+    let (opts, _, dir, firsts) = filled(17, 5);
+    assert_eq!(firsts, [1]);
+    std::fs::write(dir.path().join(segment_name(0)), b"").expect("writing");
+    match Journal::open(dir.path(), opts, 0) {
+        Err(e @ JournalError::Discontinuous { .. }) => {
+            assert!(e.to_string().contains("not named like a segment"), "{e}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok((_, r)) => panic!("opened to {} groups", r.groups.len()),
+    }
+}
+
+#[test]
+fn a_torn_tail_takes_the_later_segments_with_it_and_says_how_many() {
+    let (opts, gs, dir, firsts) = filled(18, 60);
+    assert!(firsts.len() >= 4, "{} segments", firsts.len());
+    let places = layout(dir.path(), &gs);
+    // The last record of the second segment torn, and the segments after it empty (made,
+    // but none of their records reached the disk).
+    let torn = usize::try_from(firsts[2] - 2).expect("small");
+    let place = &places[torn];
+    assert!(place.start > 0);
+    let copy = copy_dir(dir.path());
+    let second = copy.path().join(segment_name(firsts[1]));
+    cut_file(&second, place.start + 10);
+    for &f in &firsts[2..] {
+        cut_file(&copy.path().join(segment_name(f)), 0);
+    }
+    let (_, recovery) = open(copy.path(), &opts, 0);
+    assert_eq!(recovery.groups, &gs[..torn]);
+    let truncated = recovery.truncated.expect("a cut");
+    assert_eq!(
+        (&truncated.segment, truncated.offset),
+        (&second, place.start)
+    );
+    assert_eq!(truncated.segments_removed, firsts.len() - 2);
+    assert_eq!(
+        files(copy.path()).into_keys().collect::<Vec<_>>(),
+        [segment_name(firsts[0]), segment_name(firsts[1])]
+    );
+    assert_eq!(segment_len(&second), Some(place.start));
+}
+
+#[test]
+fn a_segment_whose_first_record_is_torn_goes_and_appends_resume_in_the_one_before() {
+    let (fixture, opts, gs, dir) = torn_fixtures().swap_remove(2);
+    let places = layout(dir.path(), &gs);
+    let k = gs.len();
+    let last = &places[k - 1];
+    assert_eq!(last.start, 0, "{fixture}");
+    // Only the start of the record's header reached its new segment.
+    cut_file(&last.segment, 10);
+    let (mut journal, recovery) = open(dir.path(), &opts, 0);
+    assert_eq!(recovery.groups, &gs[..k - 1]);
+    assert_eq!(
+        recovery.truncated.map(|t| (t.segment, t.offset)),
+        Some((last.segment.clone(), 0))
+    );
+    assert!(!last.segment.exists());
+    // The segment before has room for the next group: it goes there.
+    let mut next = Group::new(k as u64, 0..1);
+    next.put(b"after the cut".to_vec(), b"fine".to_vec());
+    assert!(places[k - 2].end + next.record_len() as u64 <= opts.segment_size);
+    journal.append(&next).expect("appending");
+    drop(journal);
+    assert_eq!(
+        files(dir.path()).into_keys().collect::<Vec<_>>(),
+        [segment_name(1)]
+    );
+    let (_, recovery) = open(dir.path(), &opts, 0);
+    assert_eq!(&recovery.groups[..k - 1], &gs[..k - 1]);
+    assert_eq!(recovery.groups[k - 1], next);
+}
+
+#[test]
+fn dropping_a_journal_stops_and_waits_for_the_thread_that_makes_its_spare() {
+    // A spare large enough that the thread is still making it when the journal goes.
+    let opts = options(64 << 20, SyncMode::Fdatasync, Preallocate::Zeros);
+    let dir = TempDir::new().expect("a temporary folder");
+    let (journal, _) = open(dir.path(), &opts, 0);
+    let ready = Arc::clone(&journal.spare.as_ref().expect("a spare thread").ready);
+    assert_eq!(
+        Arc::strong_count(&ready),
+        3,
+        "the journal's, the thread's, this one"
+    );
+    drop(journal);
+    // The thread's handle on the flag goes only when it ends.
+    assert_eq!(
+        Arc::strong_count(&ready),
+        1,
+        "the thread outlived its journal"
+    );
+}
+
+// ---- bases and the log of record over real files ---------------------------------------------
+
+/// `count` records of 8-byte keys and `value`-byte values.
+fn index_records(count: u32, value: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    (0..count)
+        .map(|i| {
+            let fill = u8::try_from(i % 251).expect("small");
+            (u64::from(i).to_be_bytes().to_vec(), vec![fill; value])
+        })
+        .collect()
+}
+
+fn puts(records: &[(Vec<u8>, Vec<u8>)]) -> Vec<Op> {
+    records
+        .iter()
+        .map(|(key, value)| Op::Put {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+fn write_real_base(dir: &Path, group: u64, records: &[(Vec<u8>, Vec<u8>)]) -> u64 {
+    let mut records = records.iter().cloned().map(Ok);
+    write_base(dir, group, &mut records).unwrap_or_else(|e| panic!("writing base {group}: {e}"))
+}
+
+fn read_real_base(path: &Path, group: u64) -> Result<Vec<Op>> {
+    let mut ops = Vec::new();
+    read_base(path, group, &mut |op| {
+        ops.push(op);
+        Ok(())
+    })?;
+    Ok(ops)
+}
+
+/// A base's records in order: (group, index, operations).
+fn base_frames(bytes: &[u8]) -> Vec<(u64, u64, usize)> {
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let Frame::Whole(header) = frame_at(bytes, at) else {
+            panic!("no whole record at offset {at}");
+        };
+        let ops = decode_ops(&bytes[header.payload.clone()]).expect("decoding");
+        frames.push((header.group, header.seqs.start, ops.len()));
+        at = header.payload.end;
+    }
+    frames
+}
+
+#[test]
+fn a_base_is_written_in_records_of_about_a_mebibyte_and_read_back_in_order() {
+    let dir = TempDir::new().expect("a temporary folder");
+    // A small base: one record, as long as a group of its puts.
+    let small = index_records(3, 10);
+    let written = write_real_base(dir.path(), 7, &small);
+    let path = dir.path().join(base_name(7));
+    let mut one = Group::new(7, 0..0);
+    one.ops = puts(&small);
+    assert_eq!(written, one.record_len() as u64);
+    assert_eq!(segment_len(&path), Some(written));
+    assert_eq!(read_real_base(&path, 7).expect("reading"), one.ops);
+    // An empty index: one record of no operations, read back as nothing.
+    let written = write_real_base(dir.path(), 8, &[]);
+    assert_eq!(written, Group::new(8, 0..0).record_len() as u64);
+    let path = dir.path().join(base_name(8));
+    assert_eq!(read_real_base(&path, 8).expect("reading"), []);
+    // A large one: a record is closed once its keys, values and 8 bytes an operation reach
+    // 1 MiB; here 1,016 bytes an operation, so 1,033 operations a record.
+    let large = index_records(3000, 1000);
+    let written = write_real_base(dir.path(), 9, &large);
+    let path = dir.path().join(base_name(9));
+    let bytes = std::fs::read(&path).expect("reading");
+    assert_eq!(written, bytes.len() as u64);
+    assert_eq!(
+        base_frames(&bytes),
+        [(9, 0, 1033), (9, 1, 1033), (9, 2, 934)]
+    );
+    assert_eq!(read_real_base(&path, 9).expect("reading"), puts(&large));
+    // Listed oldest first with their sizes; files not named like a base are not bases.
+    for name in ["base-6.snap", BASE_MAKING, "00000000000000000001.jnl"] {
+        std::fs::write(dir.path().join(name), b"").expect("writing");
+    }
+    let listed: Vec<(u64, PathBuf, u64)> = [7, 8, 9]
+        .into_iter()
+        .map(|g| {
+            let path = dir.path().join(base_name(g));
+            let len = segment_len(&path).expect("a base");
+            (g, path, len)
+        })
+        .collect();
+    assert_eq!(list_bases(dir.path()).expect("listing"), listed);
+    // No folder: no base; a folder that cannot be listed: an error, not "no base".
+    assert_eq!(
+        list_bases(&dir.path().join("nowhere")).expect("listing"),
+        []
+    );
+    assert!(list_bases(&path).is_err(), "a file listed as a folder");
+}
+
+#[test]
+fn a_base_read_as_another_groups_damaged_or_empty_is_refused_at_its_offset() {
+    let dir = TempDir::new().expect("a temporary folder");
+    write_real_base(dir.path(), 9, &index_records(3000, 1000));
+    let path = dir.path().join(base_name(9));
+    match read_real_base(&path, 8) {
+        Err(JournalError::Corrupt { offset, detail, .. }) => {
+            assert_eq!(offset, 0);
+            assert!(detail.contains("of base 9"), "{detail}");
+        }
+        other => panic!("read as base 8: {other:?}"),
+    }
+    // A bit flipped in the second record: named at that record's offset.
+    let bytes = std::fs::read(&path).expect("reading");
+    let Frame::Whole(first) = frame_at(&bytes, 0) else {
+        panic!("no first record");
+    };
+    let second = first.payload.end;
+    let mut damaged = bytes.clone();
+    damaged[second + HEADER_LEN + 100] ^= 0x04;
+    std::fs::write(&path, &damaged).expect("writing");
+    match read_real_base(&path, 9) {
+        Err(JournalError::Corrupt { offset, .. }) => assert_eq!(offset, second as u64),
+        other => panic!("a damaged second record: {other:?}"),
+    }
+    // A base holds at least one record.
+    std::fs::write(&path, b"").expect("writing");
+    assert!(read_real_base(&path, 9).is_err(), "an empty base read");
+}
+
+#[test]
+fn read_groups_reads_the_groups_after_a_point_from_real_files() {
+    let (_, gs, dir, firsts) = filled(15, 30);
+    assert!(firsts.len() >= 2, "{} segments", firsts.len());
+    for after in [0, 1, firsts[1], 29, 30] {
+        let mut read = Vec::new();
+        let last = read_groups(
+            dir.path(),
+            after,
+            Some(&mut |g| {
+                read.push(g);
+                Ok(())
+            }),
+        )
+        .unwrap_or_else(|e| panic!("after {after}: {e}"));
+        assert_eq!(last, 30, "after {after}");
+        assert_eq!(read, &gs[usize::try_from(after).expect("small")..]);
+    }
+    let nowhere = dir.path().join("nowhere");
+    assert_eq!(read_groups(&nowhere, 5, None).expect("no folder"), 5);
 }
 
 // ---- crash points ----------------------------------------------------------------------------
