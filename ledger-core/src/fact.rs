@@ -627,13 +627,15 @@ impl Outcome {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::domain::{Account, Amount, ClientId, Currency, Key};
     use crate::json;
 
-    fn deposit() -> Fact {
+    /// A deposit of one kopeck to alice: the fact the encoding's and the JSON's tests
+    /// start from.
+    pub(crate) fn deposit() -> Fact {
         Fact {
             seq: 7,
             at: Timestamp(1_800_000_000_000),

@@ -441,22 +441,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::domain::{Account, Amount, Currency, Rejection};
+    use crate::fact::tests::deposit;
     use crate::json;
-
-    fn deposit() -> Fact {
-        Fact {
-            seq: 7,
-            at: Timestamp(1_800_000_000_000),
-            client: ClientId::default_client(),
-            key: Key::parse("d-1").unwrap(),
-            body: FactBody::DepositRecorded {
-                account: Account::parse("alice").unwrap(),
-                amount: Amount::new(1).unwrap(),
-                currency: Currency::parse("RUB").unwrap(),
-                balance_after: 1,
-            },
-        }
-    }
 
     /// The jsonb rendering of an outcome is the same document as its JSON body (every
     /// field, every escape), with its keys in jsonb's order: shortest first, bytewise

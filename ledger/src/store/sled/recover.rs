@@ -28,8 +28,9 @@ use super::journal::{
     read_base_with, read_groups_with, write_base_with,
 };
 use super::log;
-use super::records::scoped_key;
-use super::records::{GROUP_KEY, KeyRecord, P_ACCOUNT, P_KEY, STATS_KEY, decode, decode_balance};
+use super::records::{
+    GROUP_KEY, KeyRecord, P_ACCOUNT, P_KEY, STATS_KEY, decode, decode_balance, scoped_key,
+};
 use crate::fact::Fact;
 use crate::projection::{Balances, Stats};
 use crate::store::LedgerError;
